@@ -1,0 +1,141 @@
+"""From a domain graph to a Report: propagate, prove, explain (torch-free)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import networkx as nx
+
+from qflow.errors import InputError
+from qflow.graph import DomainGraph, ObligationKind
+from qflow.lattice import propagate
+from qflow.ops import OpClass
+from qflow.report.kinds import kind
+from qflow.report.model import Finding, Report
+from qflow.solvers.prove import Result, Side, Status, prove
+
+_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+)')
+_LIBRARY_PATHS = ("/torch/", "/torchao/", "/executorch/", "<frozen", "<string>")
+
+
+def _side(s: Side | None) -> dict[str, object] | None:
+    if s is None or s.domain is None:
+        return None
+    d = s.domain.to_dict()
+    if s.real and not s.domain.is_float:
+        d["real"] = True
+    return d
+
+
+def _source(stack_trace: str | None) -> str | None:
+    """The innermost user frame of an FX stack trace, as file:line."""
+    if not stack_trace:
+        return None
+    frames = [f for f in _FRAME_RE.findall(stack_trace) if not any(p in f[0] for p in _LIBRARY_PATHS)]
+    return f"{frames[-1][0]}:{frames[-1][1]}" if frames else None
+
+
+def _describe(dg: DomainGraph, r: Result) -> tuple[str, str]:
+    """(finding kind, message) for a failed obligation."""
+    ob = r.obligation
+    prod = str(r.produced.domain) if r.produced and r.produced.domain else "?"
+    exp = str(r.expected.domain) if r.expected and r.expected.domain else "?"
+    if r.produced and r.produced.real and r.produced.domain and not r.produced.domain.is_float:
+        prod = f"real numbers on the grid {prod}"
+    if r.status is Status.UNPROVEN:
+        blocker = r.blockers[0] if r.blockers else "an unknown value"
+        root = blocker.split(":", 1)[0]
+        k = "unknown-op" if root in dg.g and dg.value(root).op_class is OpClass.UNKNOWN else "missing-domain"
+        what = {
+            ObligationKind.USE: f"{ob.node} {ob.arg} expects {ob.expected}",
+            ObligationKind.CLAIM: f"{ob.node} claims output domain {ob.expected}",
+            ObligationKind.SAME_AS_FIRST: f"{ob.node}'s inputs {ob.value} and {ob.other} must share a domain",
+            ObligationKind.NO_FOLD_CHANGE: f"the quantize after {ob.node} must not change its domain",
+        }.get(ob.kind, ob.node)
+        return k, f"unproven: {what}, but {'; '.join(r.blockers) or blocker}."
+    v = dg.value(ob.value)
+    if ob.kind is ObligationKind.CLAIM:
+        return ob.finding_kind, (
+            f"{ob.node} ({v.target}) is a {v.op_class.value} op: it copies the codes of its input, which are "
+            f"in {prod}, yet claims output domain {exp}. No node converts the codes."
+        )
+    if ob.kind is ObligationKind.NO_FOLD_CHANGE:
+        q = ob.arg
+        return ob.finding_kind, (
+            f"the quantize {q} after {ob.node} ({v.target}, a pass-through op) is a real requant: "
+            f"{prod} → {exp}. It must not be folded into {ob.node}; a fold pass that does "
+            "(ExecuTorch Arm FoldAndAnnotateQParamsPass ≤ 1.5.1) miscompiles it."
+        )
+    if ob.kind is ObligationKind.SAME_AS_FIRST:
+        return ob.finding_kind, (
+            f"{ob.node} copies its inputs into one tensor, but input {ob.value} is in {prod} "
+            f"while input {ob.other} is in {exp}."
+        )
+    return ob.finding_kind, f"{ob.node} {ob.arg} expects {exp}, but its producer {ob.value} produces {prod}."
+
+
+def _check_acyclic(dg: DomainGraph) -> None:
+    if not nx.is_directed_acyclic_graph(dg.g):
+        cycle = nx.find_cycle(dg.g)
+        raise InputError(f"the graph has a cycle: {' → '.join(u for u, _ in cycle)}", cycle[0][0])
+
+
+def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
+    """Prove every obligation of a domain graph and explain the failures."""
+    t0 = time.perf_counter()
+    _check_acyclic(dg)
+    for v in dg.values():
+        for s in v.definition.sources:
+            if s not in dg.g:
+                raise InputError(f"alias source {s!r} is not a value of the graph", v.name)
+    t1 = time.perf_counter()
+    env = propagate({v.name: v.definition for v in dg.values()})
+    t2 = time.perf_counter()
+    results, stats = prove(dg)
+    t3 = time.perf_counter()
+
+    counts = {"proved": 0, "violated": 0, "unproven": 0}
+    findings: dict[tuple[str, str], Finding] = {}
+    for r in results:
+        counts[r.status.value] += 1
+        if r.status is Status.PROVED:
+            continue
+        k, msg = _describe(dg, r)
+        spec = kind(k)
+        key = (k, r.obligation.node)
+        if key in findings:
+            continue
+        node = dg.value(r.obligation.node) if r.obligation.node in dg.g else None
+        findings[key] = Finding(
+            kind=k,
+            node=r.obligation.node,
+            severity=spec.severity,
+            message=msg,
+            status=r.status.value,
+            produced=_side(r.produced),
+            expected=_side(r.expected),
+            edge=list(r.obligation.edge) if r.obligation.edge else None,
+            fix=spec.fix,
+            source=_source(node.stack_trace) if node else None,
+            module=node.module_path if node else None,
+        )
+    report = Report(
+        proved=counts["violated"] == 0 and counts["unproven"] == 0,
+        findings=list(findings.values()),
+        obligations=counts,
+        form=dg.form,
+        name=name,
+        notes=list(dg.notes),
+        stats={
+            "values": len(dg),
+            "regions": stats.regions,
+            "largest_region": stats.largest_region,
+            "solver_checks": stats.solver_checks,
+            "check_s": round(t1 - t0, 6),
+            "propagate_s": round(t2 - t1, 6),
+            "prove_s": round(t3 - t2, 6),
+        },
+    )
+    report.domains = {n: str(e) for n, e in env.items()}
+    return report

@@ -1,0 +1,121 @@
+"""The quantization domain: what the integer codes of a tensor mean.
+
+A `Domain` is a plain, hashable, immutable value. Scales are stored rounded to
+float32 because every backend qflow targets (TOSA RESCALE, Ethos-U, the
+ExecuTorch quantized kernels) consumes float32 scales: two scales that agree
+in float32 produce the same codes, so they are the same domain.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+Scale = float | tuple[float, ...]
+ZeroPoint = int | tuple[int, ...]
+
+FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "float"})
+
+#: Code range of each integer dtype, used to tell a narrowed range from a full one.
+DTYPE_RANGE: dict[str, tuple[int, int]] = {
+    "int4": (-8, 7),
+    "int8": (-128, 127),
+    "uint8": (0, 255),
+    "int16": (-32768, 32767),
+    "uint16": (0, 65535),
+    "int32": (-(2**31), 2**31 - 1),
+}
+
+
+def f32(x: float) -> float:
+    """Round to the nearest float32, the precision backends use for scales."""
+    return struct.unpack("f", struct.pack("f", float(x)))[0]
+
+
+def _fmt_scale(s: float) -> str:
+    return f"{s:.6g}"
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The meaning of a tensor's integer codes: real = scale * (code - zero_point).
+
+    `dtype` is a string (``"int8"``, ``"int16"``, …, or ``"float32"`` for a real
+    tensor). Per-channel domains carry tuples and the channel `axis`.
+    """
+
+    dtype: str
+    scale: Scale = 1.0
+    zero_point: ZeroPoint = 0
+    qmin: int = 0
+    qmax: int = 0
+    axis: int | None = None
+
+    @staticmethod
+    def quantized(
+        dtype: str,
+        scale: Scale,
+        zero_point: ZeroPoint,
+        qmin: int,
+        qmax: int,
+        axis: int | None = None,
+    ) -> Domain:
+        """Build an integer domain, normalising scales to float32."""
+        if isinstance(scale, (list, tuple)):
+            sc: Scale = tuple(f32(s) for s in scale)
+            zp: ZeroPoint = tuple(int(z) for z in zero_point)  # type: ignore[union-attr]
+            if axis is None:
+                raise ValueError("a per-channel domain needs a channel axis")
+        else:
+            sc, zp = f32(scale), int(zero_point)  # type: ignore[arg-type]
+            axis = None
+        return Domain(str(dtype), sc, zp, int(qmin), int(qmax), axis)
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOAT_DTYPES
+
+    @property
+    def per_channel(self) -> bool:
+        return isinstance(self.scale, tuple)
+
+    @property
+    def narrowed(self) -> bool:
+        """True when [qmin, qmax] is narrower than the dtype's code range by more
+        than the symmetric-range convention (qmin = -qmax)."""
+        lo, hi = DTYPE_RANGE.get(self.dtype, (self.qmin, self.qmax))
+        return self.qmin > lo + 1 or self.qmax < hi
+
+    def __str__(self) -> str:
+        if self.is_float:
+            return self.dtype
+        if self.per_channel:
+            scales = self.scale  # type: ignore[assignment]
+            head = ", ".join(_fmt_scale(s) for s in scales[:2])  # type: ignore[index]
+            more = ", …" if len(scales) > 2 else ""  # type: ignore[arg-type]
+            return (
+                f"{self.dtype} per-channel(axis={self.axis}, {len(scales)} ch)"  # type: ignore[arg-type]
+                f" scale=[{head}{more}] [{self.qmin},{self.qmax}]"
+            )
+        return (
+            f"{self.dtype} scale={_fmt_scale(self.scale)} zp={self.zero_point}"  # type: ignore[arg-type]
+            f" [{self.qmin},{self.qmax}]"
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        if self.is_float:
+            return {"dtype": self.dtype}
+        d: dict[str, object] = {
+            "dtype": self.dtype,
+            "scale": list(self.scale) if self.per_channel else self.scale,  # type: ignore[arg-type]
+            "zero_point": list(self.zero_point) if self.per_channel else self.zero_point,  # type: ignore[arg-type]
+            "qmin": self.qmin,
+            "qmax": self.qmax,
+        }
+        if self.axis is not None:
+            d["axis"] = self.axis
+        return d
+
+
+#: The domain of a real-valued tensor.
+FLOAT = Domain("float32")

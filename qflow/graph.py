@@ -1,0 +1,139 @@
+"""The domain graph: values, uses and what each side says about domains.
+
+Adapters turn an FX graph into a `DomainGraph`; everything after that (the
+lattice, the z3 proofs, repair planning, reports) works on this graph only and
+never imports torch.
+
+Nodes are values (an FX node's output). Each value has a `Definition`, which
+says how its domain comes to be: a fact the node realizes (a quantize, a
+compute op's output rescale), an alias of another value (a pass-through op
+copies codes), or nothing known (a constant, an unknown op). Definitions form a
+function of the inputs, so the background theory is always satisfiable and
+every conflict shows up as a failed *obligation*, never as a silent "proved".
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from qflow.domain import FLOAT, Domain
+from qflow.ops import OpClass
+
+
+class DefKind(enum.Enum):
+    FACT = "fact"  # the node realizes `domain` (quantize, compute rescale, float op)
+    ALIAS = "alias"  # same codes as value `source` (pass-through, activation)
+    FREE = "free"  # no fact: constants (domain-free) and unknown ops (blocking)
+    SYMBOLIC = "symbolic"  # annotation time: dtype/range known, scale/zp symbolic
+
+
+@dataclass(frozen=True)
+class Symbolic:
+    """An annotation-time domain: dtype and range known, scale and zp decided
+    by calibration later. Values sharing `group` are forced equal (a shared
+    qspec / one observer); a `fixed` domain is a fixed-qparams qspec."""
+
+    group: str
+    dtype: str
+    qmin: int
+    qmax: int
+    symmetric: bool = False
+    per_channel_axis: int | None = None
+
+
+@dataclass
+class Definition:
+    kind: DefKind
+    domain: Domain | None = None
+    real: bool = False  # the tensor holds real numbers (on `domain`'s grid when it is an int domain)
+    #: ALIAS: the values whose codes this one carries; the first one defines it,
+    #: the others must agree (an obligation each).
+    sources: tuple[str, ...] = ()
+    blocking: bool = False  # FREE: an obligation that depends on it is unproven, not violated
+    reason: str = ""  # FREE/ALIAS: why, for messages
+    symbolic: Symbolic | None = None
+
+
+@dataclass
+class Value:
+    """One tensor in the graph (an FX node's output)."""
+
+    name: str
+    target: str
+    op_class: OpClass
+    definition: Definition
+    #: What the IR claims the node produces when the node itself does not
+    #: realize it (a folded pass-through op's ``output_qparams``).
+    claim: Domain | None = None
+    dtype: str | None = None  # meta["val"] dtype, informational
+    numel: int | None = None
+    stack_trace: str | None = None
+    module_path: str | None = None
+
+
+class ObligationKind(enum.Enum):
+    USE = "use"  # the consumer input declares a domain; the producer must produce it
+    SAME_AS_FIRST = "same-as-first"  # a multi-input pass-through op: input k == input 0
+    CLAIM = "claim"  # a pass-through op's claimed output domain == its input domain
+    NO_FOLD_CHANGE = "no-fold-change"  # Q after a pass-through op: no domain change a fold would hide
+    STRUCTURAL = "structural"  # a rule outside domain equality (ranges, boundaries)
+
+
+@dataclass
+class Obligation:
+    """One thing to prove: `value`'s domain equals `expected` (a domain) or the
+    domain of value `other`."""
+
+    kind: ObligationKind
+    node: str  # where to report it (FX node name)
+    value: str  # the producer side
+    expected: Domain | None = None
+    expected_real: bool | None = None  # None: representation not constrained
+    other: str | None = None
+    edge: tuple[str, str] | None = None  # (producer, consumer): where a requant could go
+    arg: str = ""  # human label of the consumer input, e.g. "args[0][1]"
+    compare_claim: bool = True  # compare the producer's claim when it has one
+    allow_float: bool = False  # NO_FOLD_CHANGE: a real tensor with no grid is fine
+    finding_kind: str = "domain-mismatch"
+    #: STRUCTURAL obligations are decided by the rule that made them.
+    holds: bool | None = None
+    detail: str = ""
+
+
+@dataclass
+class DomainGraph:
+    """Values and uses as a networkx DiGraph, plus the obligations to prove."""
+
+    g: nx.DiGraph = field(default_factory=nx.DiGraph)
+    obligations: list[Obligation] = field(default_factory=list)
+    form: str = "unknown"
+    #: Adapter-level notes (assumptions made) that reports show.
+    notes: list[str] = field(default_factory=list)
+
+    def add_value(self, v: Value) -> None:
+        self.g.add_node(v.name, value=v)
+
+    def add_use(self, producer: str, consumer: str, arg: str) -> None:
+        if self.g.has_edge(producer, consumer):
+            self.g.edges[producer, consumer]["args"].append(arg)
+        else:
+            self.g.add_edge(producer, consumer, args=[arg])
+
+    def value(self, name: str) -> Value:
+        return self.g.nodes[name]["value"]
+
+    def values(self) -> list[Value]:
+        return [d["value"] for _, d in self.g.nodes(data=True)]
+
+    def oblige(self, ob: Obligation) -> None:
+        self.obligations.append(ob)
+
+    def __len__(self) -> int:
+        return self.g.number_of_nodes()
+
+
+def float_fact() -> Definition:
+    return Definition(DefKind.FACT, FLOAT, real=True)

@@ -1,0 +1,491 @@
+"""Adapter: torch.fx graphs (PT2E Q/DQ, ExecuTorch edge, Arm folded) → DomainGraph.
+
+qflow reads a Q/DQ graph in *integer-lowering semantics*: a dequantized
+tensor keeps the grid of the domain it came from, and an op between a DQ and
+a Q is understood to run on the integer codes, which is what every integer
+backend (and the Arm `FoldAndAnnotateQParamsPass`) makes of it. So the
+quantize after a pass-through op must not change the domain, the inputs of a
+cat must share one domain, and so on — each of those is an obligation.
+
+The folded form (``node.meta["input_qparams"]`` / ``["output_qparams"]``)
+reads the same way: input qparams are declarations, a compute op's output
+qparams are a fact its rescale realizes, a pass-through op's output qparams
+are only a *claim* that must equal its input domain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from qflow.domain import FLOAT, Domain
+from qflow.errors import InputError
+from qflow.graph import (
+    Definition,
+    DefKind,
+    DomainGraph,
+    Obligation,
+    ObligationKind,
+    Value,
+    float_fact,
+)
+from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify
+
+FORMS = ("qdq", "folded")
+
+_DOMAIN_FREE_DTYPES = {torch.int64, torch.bool, torch.uint16, torch.uint32, torch.uint64}
+
+
+def target_name(node: fx.Node) -> str:
+    """Canonical string of an FX target: ``aten.cat.default``,
+    ``quantized_decomposed.quantize_per_tensor.default``, ``operator.getitem``."""
+    t = node.target
+    if isinstance(t, str):
+        return t
+    name = getattr(t, "__name__", None)
+    module = getattr(t, "__module__", "") or ""
+    if isinstance(t, torch._ops.OpOverload):
+        return str(t)
+    if name and ("EdgeOpOverload" in type(t).__name__ or "." in name):
+        return name
+    if name:
+        mod = module.split(".")[-1] if module else ""
+        return f"{mod}.{name}" if mod in ("operator", "_operator") else name
+    return str(t)
+
+
+def dtype_name(dt: Any) -> str:
+    s = str(dt)
+    return s[len("torch.") :] if s.startswith("torch.") else s
+
+
+def _val(node: fx.Node) -> Any:
+    return node.meta.get("val")
+
+
+def _val_dtype(node: fx.Node) -> torch.dtype | None:
+    v = _val(node)
+    return getattr(v, "dtype", None)
+
+
+def _numel(node: fx.Node) -> int | None:
+    v = _val(node)
+    try:
+        return int(v.numel()) if hasattr(v, "numel") else None
+    except Exception:  # symbolic shapes
+        return None
+
+
+def _module_path(node: fx.Node) -> str | None:
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return None
+    path, _ = list(stack.values())[-1]
+    return str(path)
+
+
+def detect_form(gm: fx.GraphModule) -> str:
+    """'folded' if the Arm fold pass annotated the graph, else 'qdq'."""
+    for n in gm.graph.nodes:
+        if "input_qparams" in n.meta or "output_qparams" in n.meta:
+            return "folded"
+    return "qdq"
+
+
+class _Consts:
+    """Resolves scale / zero-point arguments given as literals or tensor nodes."""
+
+    def __init__(self, gm: fx.GraphModule, ep: Any | None) -> None:
+        self.gm, self.ep = gm, ep
+        self._placeholder_targets: dict[str, str] = {}
+        if ep is not None:
+            sig = ep.graph_signature
+            for mapping in (sig.inputs_to_buffers, sig.inputs_to_parameters):
+                self._placeholder_targets.update(mapping)
+            self._placeholder_targets.update(getattr(sig, "inputs_to_lifted_tensor_constants", {}))
+
+    def tensor(self, node: fx.Node) -> torch.Tensor | None:
+        if node.op == "get_attr":
+            obj: Any = self.gm
+            for part in str(node.target).split("."):
+                obj = getattr(obj, part, None)
+            return obj if isinstance(obj, torch.Tensor) else None
+        if node.op == "placeholder" and self.ep is not None:
+            key = self._placeholder_targets.get(node.name)
+            if key is None:
+                return None
+            if key in self.ep.state_dict:
+                return self.ep.state_dict[key]
+            return self.ep.constants.get(key)
+        return None
+
+    def value(self, x: Any, where: fx.Node, what: str) -> Any:
+        if isinstance(x, fx.Node):
+            t = self.tensor(x)
+            if t is None:
+                raise InputError(
+                    f"{what} is node {x.name!r}, whose value qflow cannot resolve "
+                    "(pass the ExportedProgram that owns this graph, not its bare graph module)",
+                    where.name,
+                )
+            return t.tolist() if t.dim() > 0 else t.item()
+        return x
+
+    def is_constant(self, node: fx.Node) -> bool:
+        if node.op == "get_attr":
+            return True
+        return node.op == "placeholder" and node.name in self._placeholder_targets
+
+
+def qdq_domain(node: fx.Node, consts: _Consts) -> Domain:
+    """The domain named by a quantize / dequantize node's arguments."""
+    name = base_name(target_name(node))
+    args = list(node.args)
+    per_channel = name.endswith("per_channel")
+    need = 7 if per_channel else 6
+    if len(args) < need:
+        raise InputError(
+            f"{target_name(node)} has {len(args)} arguments, expected {need} "
+            "(input, scale, zero_point, " + ("axis, " if per_channel else "") + "qmin, qmax, dtype)",
+            node.name,
+        )
+    try:
+        if per_channel:
+            scale = consts.value(args[1], node, "scale")
+            zp = consts.value(args[2], node, "zero_point") if args[2] is not None else [0] * len(scale)
+            axis, qmin, qmax, dtype = args[3], args[4], args[5], args[6]
+            return Domain.quantized(dtype_name(dtype), tuple(scale), tuple(zp), qmin, qmax, int(axis))
+        scale = consts.value(args[1], node, "scale")
+        zp = consts.value(args[2], node, "zero_point")
+        return Domain.quantized(dtype_name(args[5]), float(scale), int(zp), int(args[3]), int(args[4]))
+    except InputError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise InputError(f"cannot read the quantization arguments of {target_name(node)}: {e}", node.name) from e
+
+
+def quant_args_domain(qa: Any, node: fx.Node) -> Domain:
+    """A Domain from an Arm ``QuantArgs`` (or anything with its fields)."""
+    try:
+        if getattr(qa, "per_channel", False):
+            return Domain.quantized(dtype_name(qa.dtype), tuple(qa.scale), tuple(qa.zp), qa.qmin, qa.qmax, int(qa.axis))
+        return Domain.quantized(dtype_name(qa.dtype), float(qa.scale), int(qa.zp), qa.qmin, qa.qmax)
+    except (AttributeError, TypeError, ValueError) as e:
+        raise InputError(f"malformed quantization parameters {qa!r}: {e}", node.name) from e
+
+
+def _tensor_args(node: fx.Node) -> Iterator[tuple[int, int | None, fx.Node]]:
+    """(arg position, list index or None, node) for each node in args."""
+    for i, a in enumerate(node.args):
+        if isinstance(a, fx.Node):
+            yield i, None, a
+        elif isinstance(a, (list, tuple)):
+            for j, e in enumerate(a):
+                if isinstance(e, fx.Node):
+                    yield i, j, e
+
+
+def _label(i: int, j: int | None) -> str:
+    return f"args[{i}]" if j is None else f"args[{i}][{j}]"
+
+
+class FxAdapter:
+    def __init__(self, gm: fx.GraphModule, ep: Any | None, form: str) -> None:
+        if form not in FORMS:
+            raise InputError(f"unknown form {form!r}; expected one of {FORMS}")
+        self.gm, self.ep, self.form = gm, ep, form
+        self.consts = _Consts(gm, ep)
+        self.dg = DomainGraph(form=form)
+        self.skipped: set[str] = set()
+        self.user_inputs: set[str] | None = None
+        if ep is not None:
+            self.user_inputs = set(ep.graph_signature.user_inputs)
+
+    # -- classification ---------------------------------------------------------
+    def _op_class(self, node: fx.Node) -> OpClass:
+        if node.op == "call_function":
+            return classify(target_name(node))
+        return OpClass.UNKNOWN
+
+    def _domain_free(self, node: fx.Node) -> bool:
+        """Index, mask and shape tensors carry no quantization domain."""
+        dt = _val_dtype(node)
+        return dt in _DOMAIN_FREE_DTYPES and self._op_class(node) not in (OpClass.QUANTIZE, OpClass.DEQUANTIZE)
+
+    # -- build -------------------------------------------------------------------
+    def build(self) -> DomainGraph:
+        for node in self.gm.graph.nodes:
+            if node.op == "output":
+                continue
+            if node.op == "call_module" and not node.users:
+                self.skipped.add(node.name)  # torch.export's _guards_fn and similar
+                continue
+            self._add(node)
+        self._settle_inputs()
+        return self.dg
+
+    def _value(self, node: fx.Node, op_class: OpClass, d: Definition, claim: Domain | None = None) -> None:
+        dt = _val_dtype(node)
+        self.dg.add_value(
+            Value(
+                name=node.name,
+                target=target_name(node) if node.op == "call_function" else node.op,
+                op_class=op_class,
+                definition=d,
+                claim=claim,
+                dtype=dtype_name(dt) if dt is not None else None,
+                numel=_numel(node),
+                stack_trace=node.meta.get("stack_trace"),
+                module_path=_module_path(node),
+            )
+        )
+
+    def _add(self, node: fx.Node) -> None:
+        if node.op in ("placeholder", "get_attr"):
+            self._add_leaf(node)
+            return
+        cls = self._op_class(node)
+        if node.op == "call_module":
+            cls = OpClass.UNKNOWN
+        if self._domain_free(node) or cls is OpClass.CONSTANT:
+            why = "factory op" if cls is OpClass.CONSTANT else f"{dtype_name(_val_dtype(node))} tensor"
+            self._value(node, cls, Definition(DefKind.FREE, reason=f"domain-free {why}"))
+            return
+        if cls is OpClass.QUANTIZE:
+            self._add_quantize(node)
+        elif cls is OpClass.DEQUANTIZE:
+            self._add_dequantize(node)
+        elif self.form == "folded":
+            self._add_folded(node, cls)
+        else:
+            self._add_qdq_op(node, cls)
+
+    def _add_leaf(self, node: fx.Node) -> None:
+        if node.op == "get_attr" or self.consts.is_constant(node):
+            self._value(node, OpClass.CONSTANT, Definition(DefKind.FREE, reason="constant"))
+            return
+        dt = _val_dtype(node)
+        if dt is None or dt.is_floating_point:
+            self._value(node, OpClass.CONSTANT, float_fact())
+            self.dg.value(node.name).op_class = OpClass.UNKNOWN
+            return
+        if dt in _DOMAIN_FREE_DTYPES:
+            self._value(node, OpClass.CONSTANT, Definition(DefKind.FREE, reason="index input"))
+            return
+        # An integer graph input (a partition's boundary): its domain is set
+        # outside this graph; _settle_inputs adopts its first declared use.
+        self._value(node, OpClass.UNKNOWN, Definition(DefKind.ALIAS, reason="integer graph input"))
+
+    def _skip_use(self, producer: fx.Node) -> bool:
+        v = self.dg.value(producer.name) if producer.name in self.dg.g else None
+        return v is None or (v.definition.kind is DefKind.FREE and not v.definition.blocking)
+
+    def _use(
+        self,
+        producer: fx.Node,
+        consumer: fx.Node,
+        label: str,
+        expected: Domain | None,
+        expected_real: bool | None,
+        kind: ObligationKind = ObligationKind.USE,
+        finding_kind: str = "domain-mismatch",
+        allow_real: bool = False,
+    ) -> None:
+        if producer.name not in self.dg.g:
+            return
+        self.dg.add_use(producer.name, consumer.name, label)
+        if expected is None or self._skip_use(producer):
+            return
+        self.dg.oblige(
+            Obligation(
+                kind=kind,
+                node=consumer.name,
+                value=producer.name,
+                expected=expected,
+                expected_real=expected_real,
+                edge=(producer.name, consumer.name),
+                arg=label,
+                finding_kind=finding_kind,
+                allow_float=allow_real,
+            )
+        )
+
+    # -- Q / DQ --------------------------------------------------------------------
+    def _data_arg(self, node: fx.Node) -> fx.Node:
+        if not node.args or not isinstance(node.args[0], fx.Node):
+            raise InputError(f"{target_name(node)} has no tensor input", node.name)
+        return node.args[0]
+
+    def _add_quantize(self, node: fx.Node) -> None:
+        d = qdq_domain(node, self.consts)
+        x = self._data_arg(node)
+        self._value(node, OpClass.QUANTIZE, Definition(DefKind.FACT, d, real=False))
+        # A quantize takes real numbers; applied to codes already in `d` it is
+        # the identity (the fold pass leaves such Q nodes at partition outputs).
+        self._use(x, node, "args[0]", d, None, allow_real=True)
+        xv = self.dg.value(x.name) if x.name in self.dg.g else None
+        if xv is not None and xv.op_class in (OpClass.PASSTHROUGH, OpClass.ACTIVATION, OpClass.UNKNOWN):
+            if xv.claim is None and not self._skip_use(x):
+                self.dg.oblige(
+                    Obligation(
+                        kind=ObligationKind.NO_FOLD_CHANGE,
+                        node=x.name,
+                        value=x.name,
+                        expected=d,
+                        edge=(x.name, node.name),
+                        arg=node.name,
+                        allow_float=True,
+                        finding_kind="requant-after-passthrough",
+                    )
+                )
+
+    def _add_dequantize(self, node: fx.Node) -> None:
+        d = qdq_domain(node, self.consts)
+        x = self._data_arg(node)
+        self._value(node, OpClass.DEQUANTIZE, Definition(DefKind.FACT, d, real=True))
+        self._use(x, node, "args[0]", d, False)
+
+    # -- everything else: Q/DQ form ----------------------------------------------------
+    def _identity_sources(self, node: fx.Node) -> list[fx.Node]:
+        """Tensor inputs that carry codes into a pass-through op's output."""
+        name = base_name(target_name(node))
+        if name in MULTI_INPUT_IDENTITY:
+            arg = node.args[0] if node.args else None
+            srcs = [a for a in arg if isinstance(a, fx.Node)] if isinstance(arg, (list, tuple)) else []
+        else:
+            srcs = [node.args[0]] if node.args and isinstance(node.args[0], fx.Node) else []
+        return [s for s in srcs if s.name in self.dg.g]
+
+    def _add_identity(self, node: fx.Node, cls: OpClass, claim: Domain | None) -> None:
+        srcs = self._identity_sources(node)
+        defining = [s for s in srcs if not self._skip_use(s)]
+        if not srcs:
+            raise InputError(f"{target_name(node)} is a pass-through op with no tensor input", node.name)
+        if not defining:  # all inputs domain-free (e.g. a view of a constant)
+            self._value(node, cls, Definition(DefKind.FREE, reason="view of a constant"), claim)
+            return
+        d = Definition(
+            DefKind.ALIAS,
+            sources=tuple(s.name for s in defining),
+            reason=f"{base_name(target_name(node))} copies codes",
+        )
+        self._value(node, cls, d, claim)
+        first = defining[0]
+        for s in defining[1:]:
+            self.dg.oblige(
+                Obligation(
+                    kind=ObligationKind.SAME_AS_FIRST,
+                    node=node.name,
+                    value=s.name,
+                    other=first.name,
+                    edge=(s.name, node.name),
+                    arg=f"input {s.name}",
+                    finding_kind="mixed-input-domains",
+                )
+            )
+        if claim is not None:
+            self.dg.oblige(
+                Obligation(
+                    kind=ObligationKind.CLAIM,
+                    node=node.name,
+                    value=node.name,
+                    expected=claim,
+                    finding_kind="passthrough-domain-change",
+                )
+            )
+
+    def _add_qdq_op(self, node: fx.Node, cls: OpClass) -> None:
+        if cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION):
+            self._add_identity(node, cls, None)
+            for i, j, a in _tensor_args(node):
+                self.dg.add_use(a.name, node.name, _label(i, j)) if a.name in self.dg.g else None
+            return
+        if cls is OpClass.COMPUTE:
+            self._value(node, cls, float_fact())
+            for i, j, a in _tensor_args(node):
+                self._use(a, node, _label(i, j), FLOAT, True)
+            return
+        self._add_unknown(node, None)
+
+    def _add_unknown(self, node: fx.Node, claim: Domain | None) -> None:
+        what = target_name(node) if node.op == "call_function" else f"{node.op} {node.target}"
+        reason = f"unknown op {what} (register it with qflow.ops.register)"
+        self._value(node, OpClass.UNKNOWN, Definition(DefKind.FREE, blocking=True, reason=reason), claim)
+        for i, j, a in _tensor_args(node):
+            if a.name in self.dg.g:
+                self.dg.add_use(a.name, node.name, _label(i, j))
+        if claim is not None:
+            self.dg.oblige(
+                Obligation(
+                    kind=ObligationKind.CLAIM,
+                    node=node.name,
+                    value=node.name,
+                    expected=claim,
+                    finding_kind="passthrough-domain-change",
+                )
+            )
+
+    # -- everything else: folded form ------------------------------------------------
+    def _add_folded(self, node: fx.Node, cls: OpClass) -> None:
+        iq = node.meta.get("input_qparams") or {}
+        oq = node.meta.get("output_qparams") or {}
+        if not isinstance(iq, dict) or not isinstance(oq, dict):
+            raise InputError("input_qparams / output_qparams must be dicts of QuantArgs", node.name)
+        declared = {int(k): quant_args_domain(v, node) for k, v in iq.items()}
+        out = quant_args_domain(oq[min(oq)], node) if oq else None
+        quantized = bool(declared) or out is not None
+        if cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION):
+            self._add_identity(node, cls, out)
+        elif cls is OpClass.COMPUTE:
+            if out is not None:
+                d = Definition(DefKind.FACT, out, real=False)
+            elif declared:
+                d = Definition(
+                    DefKind.FREE,
+                    blocking=True,
+                    reason=f"{node.name} has input_qparams but no output_qparams: its output domain is not recorded",
+                )
+            else:
+                d = float_fact()
+            self._value(node, cls, d)
+        else:
+            self._add_unknown(node, out)
+            return
+        for i, j, a in _tensor_args(node):
+            if a.name not in self.dg.g:
+                continue
+            if i in declared:
+                # A DQ the fold kept (partial binary ops) feeds real numbers on
+                # the declared grid, which the backend handles: compare grids.
+                kept_dq = self._op_class(a) is OpClass.DEQUANTIZE
+                self._use(a, node, _label(i, j), declared[i], None if kept_dq else False)
+            elif cls is OpClass.COMPUTE and not quantized:
+                self._use(a, node, _label(i, j), FLOAT, True)
+            else:
+                self.dg.add_use(a.name, node.name, _label(i, j))
+
+    # -- boundary inputs -------------------------------------------------------------
+    def _settle_inputs(self) -> None:
+        """An integer graph input takes the domain its first consumer declares
+        (recorded as an assumption); its other uses must agree."""
+        first: dict[str, Obligation] = {}
+        for ob in self.dg.obligations:
+            if ob.kind is ObligationKind.USE and ob.expected is not None and not ob.expected.is_float:
+                first.setdefault(ob.value, ob)
+        for v in self.dg.values():
+            d = v.definition
+            if d.kind is DefKind.ALIAS and not d.sources:
+                ob = first.get(v.name)
+                if ob is None:
+                    v.definition = Definition(DefKind.FREE, reason="integer graph input with no declared use")
+                    continue
+                v.definition = Definition(DefKind.FACT, ob.expected, real=False)
+                self.dg.notes.append(f"assumed integer input {v.name} is in {ob.expected} (declared by {ob.node})")
+
+
+def build(gm: fx.GraphModule, ep: Any | None = None, form: str | None = None) -> DomainGraph:
+    """The domain graph of an FX graph module (optionally with its ExportedProgram)."""
+    return FxAdapter(gm, ep, form or detect_form(gm)).build()

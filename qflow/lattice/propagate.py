@@ -1,0 +1,53 @@
+"""Propagate domains to a fixpoint over the value definitions."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+
+from qflow.graph import Definition, DefKind
+from qflow.lattice.elements import BOTTOM, Elem, free, join, known, symbolic
+
+
+def transfer(d: Definition, env: Mapping[str, Elem]) -> Elem:
+    """The element a definition yields given the current elements of its sources."""
+    if d.kind is DefKind.FACT:
+        assert d.domain is not None
+        return known(d.domain, d.real)
+    if d.kind is DefKind.SYMBOLIC:
+        assert d.symbolic is not None
+        return symbolic(d.symbolic.group)
+    if d.kind is DefKind.FREE:
+        return free(d.reason or "no fact")
+    out = BOTTOM
+    for s in d.sources:
+        out = join(out, env.get(s, BOTTOM))
+    return out
+
+
+def propagate(defs: Mapping[str, Definition]) -> dict[str, Elem]:
+    """Chaotic iteration to the least fixpoint.
+
+    Terminates on any graph, cyclic or not: each element only moves up a
+    lattice of height 3, and a value is revisited only when a source moved.
+    """
+    users: dict[str, list[str]] = {}
+    for name, d in defs.items():
+        for s in d.sources:
+            users.setdefault(s, []).append(name)
+    env: dict[str, Elem] = {}
+    work = deque(defs)
+    queued = set(defs)
+    while work:
+        name = work.popleft()
+        queued.discard(name)
+        new = join(env.get(name, BOTTOM), transfer(defs[name], env))
+        if new != env.get(name, BOTTOM):
+            env[name] = new
+            for u in users.get(name, ()):
+                if u not in queued:
+                    queued.add(u)
+                    work.append(u)
+        else:
+            env.setdefault(name, new)
+    return env

@@ -1,0 +1,115 @@
+"""The op-class table: how each operator moves quantization domains.
+
+One table decides for every op whether it is an identity on integer codes
+(pass-through), an activation clamp, a compute op that rescales, a quantize or
+dequantize, a domain-free constant, or unknown. Unknown ops are never treated
+as identity: an obligation that crosses one is reported *unproven*.
+
+Ops are looked up by their *base name* ("cat" for ``aten.cat.default``,
+``exir_ops.edge.aten.cat.default`` and ``aten::cat``), so one entry covers the
+aten, edge and ``_copy`` spellings listed here. Users extend the table with
+:func:`register`.
+"""
+
+from __future__ import annotations
+
+import enum
+from functools import lru_cache
+
+
+class OpClass(enum.Enum):
+    PASSTHROUGH = "passthrough"
+    ACTIVATION = "activation"
+    COMPUTE = "compute"
+    QUANTIZE = "quantize"
+    DEQUANTIZE = "dequantize"
+    CONSTANT = "constant"
+    DELEGATE = "delegate"
+    UNKNOWN = "unknown"
+
+
+_PASSTHROUGH = """
+cat concat concatenate stack view view_copy _unsafe_view reshape permute permute_copy
+transpose transpose_copy t t_copy squeeze squeeze_copy unsqueeze unsqueeze_copy slice
+slice_copy select select_copy expand expand_copy flatten clone contiguous alias
+alias_copy detach detach_copy detach_ split split_copy split_with_sizes
+split_with_sizes_copy chunk unbind unbind_copy getitem max_pool2d max_pool1d
+max_pool3d max_pool2d_with_indices adaptive_max_pool2d repeat tile flip
+pixel_shuffle pixel_unshuffle index_select gather index unfold unfold_copy
+unflatten movedim moveaxis amax amin dropout _clone_dim_order
+lift_fresh_copy constant_pad_nd pad as_strided_copy narrow roll
+""".split()
+
+_ACTIVATION = "relu relu_ relu6 hardtanh hardtanh_ clamp clamp_ clamp_min clamp_max".split()
+
+_COMPUTE = """
+conv1d conv2d conv3d convolution conv_transpose1d conv_transpose2d linear matmul mm bmm
+addmm baddbmm add add_ sub sub_ mul mul_ div div_ rsub neg abs softmax _softmax
+log_softmax _log_softmax mean sum avg_pool2d avg_pool1d adaptive_avg_pool2d
+adaptive_avg_pool1d sigmoid tanh exp log sqrt rsqrt pow reciprocal gelu silu
+hardswish hardsigmoid leaky_relu elu erf sin cos asin acos atan atanh layer_norm
+group_norm batch_norm native_layer_norm native_group_norm
+_native_batch_norm_legit_no_training _native_batch_norm_legit upsample_nearest2d
+upsample_bilinear2d maximum minimum var var_mean prelu
+eq ne lt le gt ge bitwise_and bitwise_or logical_and logical_or logical_not
+argmax argmin topk sort embedding scaled_dot_product_attention cumsum
+""".split()
+
+_QUANTIZE = "quantize_per_tensor quantize_per_channel".split()
+_DEQUANTIZE = "dequantize_per_tensor dequantize_per_channel".split()
+_CONSTANT = """
+full full_like zeros zeros_like ones ones_like scalar_tensor arange eye linspace
+empty empty_like fill fill_ new_full new_zeros new_ones rand randn _tensor_constant
+""".split()
+
+_TABLE: dict[str, OpClass] = {}
+for _names, _cls in (
+    (_PASSTHROUGH, OpClass.PASSTHROUGH),
+    (_ACTIVATION, OpClass.ACTIVATION),
+    (_COMPUTE, OpClass.COMPUTE),
+    (_QUANTIZE, OpClass.QUANTIZE),
+    (_DEQUANTIZE, OpClass.DEQUANTIZE),
+    (_CONSTANT, OpClass.CONSTANT),
+):
+    for _n in _names:
+        _TABLE[_n] = _cls
+_TABLE["executorch_call_delegate"] = OpClass.DELEGATE
+
+#: Ops whose tensor arguments all share one domain with the output (cat's list,
+#: where's two branches): every input beyond the first is an obligation.
+MULTI_INPUT_IDENTITY = frozenset({"cat", "concat", "concatenate", "stack"})
+
+
+def base_name(target: str) -> str:
+    """``aten.cat.default`` → ``cat``; ``quantized_decomposed.quantize_per_tensor.tensor``
+    → ``quantize_per_tensor``; ``operator.getitem`` → ``getitem``."""
+    parts = target.replace("::", ".").split(".")
+    if len(parts) >= 3:
+        return parts[-2]
+    if len(parts) == 2:
+        # "aten.cat" (no overload) or "operator.getitem"
+        return parts[1]
+    return parts[0]
+
+
+def register(name: str, op_class: OpClass | str) -> None:
+    """Teach qflow how an op moves domains.
+
+    `name` is a base name (``"my_view"``) or a full canonical target
+    (``"my_ns.my_view.default"``); a full name wins over a base name.
+    """
+    _TABLE[name] = OpClass(op_class)
+    classify.cache_clear()
+
+
+def unregister(name: str) -> None:
+    _TABLE.pop(name, None)
+    classify.cache_clear()
+
+
+@lru_cache(maxsize=4096)
+def classify(target: str) -> OpClass:
+    """The op class of a canonical target string (cached: the hot path of every adapter)."""
+    if target in _TABLE:
+        return _TABLE[target]
+    return _TABLE.get(base_name(target), OpClass.UNKNOWN)

@@ -1,0 +1,88 @@
+"""The finding kinds: stable ids that users' CI depends on.
+
+Add kinds; never rename or repurpose one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Kind:
+    id: str
+    severity: str  # "error" | "warning" | "info"
+    title: str
+    explanation: str
+    fix: str
+
+
+KINDS: dict[str, Kind] = {
+    k.id: k
+    for k in (
+        Kind(
+            "passthrough-domain-change",
+            "error",
+            "a pass-through op claims a domain change",
+            "A pass-through op (cat, view, permute, …) or an activation clamp copies integer codes: its "
+            "output domain *is* its input domain. Its metadata claims another output domain, but no node "
+            "converts the codes, so every consumer that trusts the claim misreads them (ExecuTorch Arm "
+            "FoldAndAnnotateQParamsPass folding the requant after cat, pytorch/executorch#18999).",
+            "Keep an explicit requantize after the op (qflow.repair inserts one) and let the op's output "
+            "domain equal its input domain.",
+        ),
+        Kind(
+            "requant-after-passthrough",
+            "error",
+            "a real requant follows a pass-through op",
+            "In a Q/DQ graph, the quantize after a pass-through op changes the domain. The graph is right "
+            "in float, but a fold pass that folds Q/DQ into the op (ExecuTorch Arm "
+            "FoldAndAnnotateQParamsPass ≤ 1.5.1) makes the pass-through op claim a change it cannot make: "
+            "the lowered program computes wrong numbers.",
+            "Insert an explicit requant (a quantize/dequantize pair in the op's input domain before the "
+            "existing quantize) so the fold keeps a dq→q pair, which lowers to a RESCALE; qflow.repair "
+            "does this.",
+        ),
+        Kind(
+            "domain-mismatch",
+            "error",
+            "a consumer declares a domain its producer does not produce",
+            "The consumer reads its input as codes in one domain (or as real numbers) while the producer "
+            "writes another. The numbers are silently wrong.",
+            "Requantize on that edge (qflow.repair inserts the minimal set of requants).",
+        ),
+        Kind(
+            "mixed-input-domains",
+            "error",
+            "the inputs of a pass-through op are in different domains",
+            "cat/stack copy the codes of every input into one tensor with one domain. Inputs in "
+            "different domains end up reinterpreted in the first input's domain (the Arm fold pass's "
+            "_merge_qparams keeps the first input's qparams).",
+            "Requantize the odd inputs into the common domain (qflow.repair picks the cheapest set).",
+        ),
+        Kind(
+            "unknown-op",
+            "warning",
+            "an op qflow does not know stands in the way of a proof",
+            "qflow never assumes an unknown op is an identity. Obligations whose domain flows through it "
+            "are reported unproven, not proved.",
+            "Register the op's class: qflow.ops.register('my_op', 'passthrough' | 'compute' | …).",
+        ),
+        Kind(
+            "missing-domain",
+            "warning",
+            "a quantized op has no recorded output domain",
+            "The op consumes integer codes but its output domain is not recorded, so nothing after it "
+            "can be proved (seed 001: a conv left without output_qparams after a non-fuseable "
+            "activation; RewriteConvPass then crashes or guesses).",
+            "Give the producer an explicit output domain (a quantize after it).",
+        ),
+    )
+}
+
+
+def kind(kind_id: str) -> Kind:
+    try:
+        return KINDS[kind_id]
+    except KeyError:
+        raise KeyError(f"unknown finding kind {kind_id!r}; known kinds: {', '.join(sorted(KINDS))}") from None

@@ -1,0 +1,68 @@
+"""Report and Finding: plain data, the contract users' CI reads."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA = "qflow.report/1"
+SEVERITIES = ("error", "warning", "info")
+
+
+@dataclass
+class Finding:
+    """One located problem. `node` is the FX node name; `produced` / `expected`
+    are the two domains of the failed obligation (as dicts) when it has them."""
+
+    kind: str
+    node: str
+    severity: str
+    message: str
+    status: str = "violated"  # "violated" | "unproven" | "predicted"
+    produced: dict[str, Any] | None = None
+    expected: dict[str, Any] | None = None
+    edge: list[str] | None = None
+    fix: str = ""
+    source: str | None = None  # "file:line" of the model code when the node has a stack trace
+    module: str | None = None  # nn.Module path
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in (None, "")}
+
+
+@dataclass
+class Report:
+    proved: bool
+    findings: list[Finding]
+    obligations: dict[str, int]
+    form: str = "unknown"
+    name: str = ""
+    notes: list[str] = field(default_factory=list)
+    stats: dict[str, float] = field(default_factory=dict)
+    #: The propagated lattice element of every value (for pictures and debugging).
+    domains: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "name": self.name,
+            "form": self.form,
+            "proved": self.proved,
+            "findings": [f.to_dict() for f in self.findings],
+            "obligations": dict(self.obligations),
+            "notes": list(self.notes),
+            "stats": dict(self.stats),
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+    def __str__(self) -> str:
+        from qflow.report.text import render_text
+
+        return render_text(self)

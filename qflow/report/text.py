@@ -1,0 +1,49 @@
+"""The terminal report: a summary line, then each finding with both domains and the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qflow.report.model import Finding, Report
+
+
+def _domain(d: dict[str, Any] | None) -> str:
+    if not d:
+        return "?"
+    if d.get("dtype", "").startswith("float") and "scale" not in d:
+        return d["dtype"]
+    scale = d.get("scale")
+    if isinstance(scale, list):
+        s = f"per-channel(axis={d.get('axis')}, {len(scale)} ch)"
+    else:
+        s = f"scale={scale:.6g} zp={d.get('zero_point')}"
+    real = " (dequantized)" if d.get("real") else ""
+    return f"{d['dtype']} {s} [{d.get('qmin')},{d.get('qmax')}]{real}"
+
+
+def render_finding(f: Finding) -> str:
+    lines = [f"{f.severity.upper():7} {f.kind} at {f.node}"]
+    lines.append(f"        {f.message}")
+    if f.produced or f.expected:
+        lines.append(f"        produced: {_domain(f.produced)}")
+        lines.append(f"        expected: {_domain(f.expected)}")
+    if f.source:
+        lines.append(f"        source:   {f.source}")
+    if f.fix:
+        lines.append(f"        fix:      {f.fix}")
+    return "\n".join(lines)
+
+
+def render_text(r: Report) -> str:
+    ob = r.obligations
+    verdict = "PROVED" if r.proved else "NOT PROVED"
+    head = (
+        f"qflow: {r.name + ': ' if r.name else ''}{verdict} ({r.form} graph) — "
+        f"{ob.get('proved', 0)} proved, {ob.get('violated', 0)} violated, "
+        f"{ob.get('unproven', 0)} unproven obligations; "
+        f"{len(r.findings)} finding(s)"
+    )
+    parts = [head]
+    parts += [render_finding(f) for f in r.findings]
+    parts += [f"note: {n}" for n in r.notes]
+    return "\n".join(parts)

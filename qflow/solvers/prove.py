@@ -1,0 +1,218 @@
+"""Prove obligations with z3, one independent region at a time.
+
+An obligation is *proved* when its negation is unsat under the background
+(the value definitions), *violated* when z3 finds a model and nothing unknown
+stands in the way (the model is the counterexample), and *unproven* when the
+model exists only because an unknown op or a missing fact leaves a value free.
+
+Regions are the connected components of "shares a z3 term": alias chains,
+obligations between two values, shared symbolic groups. Each region is solved
+in its own push/pop scope of one solver, first all its obligations at once
+(one call when they all hold), so cost grows with the graph, not its square.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import z3
+
+from qflow.domain import Domain
+from qflow.graph import DefKind, DomainGraph, Obligation, ObligationKind
+from qflow.solvers.encode import Encoder, Terms
+
+
+class Status(enum.Enum):
+    PROVED = "proved"
+    VIOLATED = "violated"
+    UNPROVEN = "unproven"
+
+
+@dataclass
+class Side:
+    """One side of an obligation as the counterexample (or the facts) show it."""
+
+    domain: Domain | None
+    real: bool = False
+
+
+@dataclass
+class Result:
+    obligation: Obligation
+    status: Status
+    produced: Side | None = None  # the producer side in the counterexample
+    expected: Side | None = None  # the declared / other side
+    blockers: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ProofStats:
+    regions: int = 0
+    largest_region: int = 0
+    solver_checks: int = 0
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        p = self.parent.setdefault(x, x)
+        while p != self.parent[p]:
+            self.parent[p] = self.parent[self.parent[p]]
+            p = self.parent[p]
+        self.parent[x] = p
+        return p
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[ra] = rb
+
+
+class Prover:
+    def __init__(self, dg: DomainGraph) -> None:
+        self.dg = dg
+        self.enc = Encoder()
+        self.stats = ProofStats()
+
+    # -- the two sides of an obligation ---------------------------------------
+    def _lhs(self, ob: Obligation) -> Terms:
+        v = self.dg.value(ob.value)
+        if ob.compare_claim and v.claim is not None and ob.kind is not ObligationKind.CLAIM:
+            return self.enc.literal(v.claim)
+        return self.enc.var(ob.value)
+
+    def _rhs(self, ob: Obligation) -> Terms:
+        if ob.other is not None:
+            o = self.dg.value(ob.other)
+            if ob.compare_claim and o.claim is not None:
+                return self.enc.literal(o.claim)
+            return self.enc.var(ob.other)
+        assert ob.expected is not None
+        return self.enc.literal(ob.expected, bool(ob.expected_real))
+
+    def formula(self, ob: Obligation) -> z3.BoolRef:
+        lhs, rhs = self._lhs(ob), self._rhs(ob)
+        if ob.kind is ObligationKind.NO_FOLD_CHANGE:
+            same = self.enc.eq(lhs, rhs, with_real=False)
+            return z3.Or(same, self.enc.is_gridless_float(lhs)) if ob.allow_float else same
+        if ob.kind is ObligationKind.CLAIM:
+            return self.enc.eq(lhs, rhs, with_real=False)
+        if ob.expected is not None and ob.expected.is_float and ob.expected_real:
+            return lhs.real  # a float consumer accepts any real tensor
+        if ob.allow_float:  # a quantize: real input, or codes already in its domain
+            return z3.Or(lhs.real, z3.And(z3.Not(lhs.real), self.enc.eq(lhs, rhs, with_real=False)))
+        return self.enc.eq(lhs, rhs, with_real=ob.expected_real is not None or ob.other is not None)
+
+    # -- regions ---------------------------------------------------------------
+    def _depends(self, ob: Obligation) -> list[str]:
+        names = [ob.value] if not self._uses_claim(ob.value, ob) else []
+        if ob.other is not None and not self._uses_claim(ob.other, ob):
+            names.append(ob.other)
+        return names
+
+    def _uses_claim(self, name: str, ob: Obligation) -> bool:
+        return ob.compare_claim and ob.kind is not ObligationKind.CLAIM and self.dg.value(name).claim is not None
+
+    def _root(self, name: str) -> str:
+        """Follow the defining alias chain to the value that fixes `name`."""
+        seen = set()
+        while True:
+            d = self.dg.value(name).definition
+            if d.kind is not DefKind.ALIAS or not d.sources or name in seen:
+                return name
+            seen.add(name)
+            name = d.sources[0]
+
+    def _blockers(self, names: Iterable[str]) -> list[str]:
+        out = []
+        for n in names:
+            r = self._root(n)
+            d = self.dg.value(r).definition
+            if (d.kind is DefKind.FREE and d.blocking) or (d.kind is DefKind.ALIAS and not d.sources):
+                out.append(f"{r}: {d.reason or 'no domain fact'}")
+        return out
+
+    def regions(self, obs: list[Obligation]) -> list[tuple[list[str], list[Obligation]]]:
+        uf = _UnionFind()
+        for v in self.dg.values():
+            uf.find(v.name)
+            d = v.definition
+            if d.kind is DefKind.ALIAS and d.sources:
+                uf.union(v.name, d.sources[0])
+            elif d.kind is DefKind.SYMBOLIC and d.symbolic is not None:
+                uf.union(v.name, "group:" + d.symbolic.group)
+        for ob in obs:
+            deps = self._depends(ob)
+            for a, b in zip(deps, deps[1:], strict=False):
+                uf.union(a, b)
+        members: dict[str, list[str]] = {}
+        for v in self.dg.values():
+            members.setdefault(uf.find(v.name), []).append(v.name)
+        by_region: dict[str, list[Obligation]] = {}
+        loose: list[Obligation] = []
+        for ob in obs:
+            deps = self._depends(ob)
+            if deps:
+                by_region.setdefault(uf.find(deps[0]), []).append(ob)
+            else:
+                loose.append(ob)  # literal vs literal: needs no background
+        out = [(members[r], o) for r, o in by_region.items()]
+        if loose:
+            out.append(([], loose))
+        return out
+
+    # -- solving ---------------------------------------------------------------
+    def prove(self) -> list[Result]:
+        obs = [o for o in self.dg.obligations if o.kind is not ObligationKind.STRUCTURAL]
+        results: dict[int, Result] = {}
+        solver = z3.Solver(ctx=self.enc.ctx)
+        for names, region_obs in self.regions(obs):
+            self.stats.regions += 1
+            self.stats.largest_region = max(self.stats.largest_region, len(names))
+            solver.push()
+            for n in names:
+                for f in self.enc.define(n, self.dg.value(n).definition):
+                    solver.add(f)
+            formulas = [self.formula(o) for o in region_obs]
+            self.stats.solver_checks += 1
+            if solver.check(z3.Or(*[z3.Not(f) for f in formulas])) == z3.unsat:
+                for o in region_obs:
+                    results[id(o)] = self._proved(o)
+            else:
+                for o, f in zip(region_obs, formulas, strict=True):
+                    self.stats.solver_checks += 1
+                    r = solver.check(z3.Not(f))
+                    if r == z3.unsat:
+                        results[id(o)] = self._proved(o)
+                    else:
+                        results[id(o)] = self._refuted(o, solver.model() if r == z3.sat else None)
+            solver.pop()
+        for o in self.dg.obligations:
+            if o.kind is ObligationKind.STRUCTURAL:
+                results[id(o)] = Result(o, Status.PROVED if o.holds else Status.VIOLATED)
+        return [results[id(o)] for o in self.dg.obligations]
+
+    def _proved(self, ob: Obligation) -> Result:
+        return Result(ob, Status.PROVED)
+
+    def _refuted(self, ob: Obligation, model: z3.ModelRef | None) -> Result:
+        blockers = self._blockers(self._depends(ob))
+        status = Status.UNPROVEN if blockers or model is None else Status.VIOLATED
+        if model is None:
+            blockers = blockers or ["z3 returned unknown"]
+            return Result(ob, status, blockers=blockers)
+        expected = Side(*self.enc.read(model, self._rhs(ob)))
+        if status is Status.UNPROVEN:  # the model's value for a free term means nothing
+            return Result(ob, status, None, expected if ob.other is None else None, blockers)
+        produced = Side(*self.enc.read(model, self._lhs(ob)))
+        return Result(ob, status, produced, expected, blockers)
+
+
+def prove(dg: DomainGraph) -> tuple[list[Result], ProofStats]:
+    p = Prover(dg)
+    results = p.prove()
+    return results, p.stats
