@@ -1,6 +1,6 @@
 """qflow: prove quantized PyTorch / ExecuTorch graphs consistent, and repair them."""
 
-from qflow.api import analyze, domain_graph
+from qflow.api import analyze, domain_graph, plan, repair
 from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError, ProofError, QflowError
 from qflow.report.model import Finding, Report
@@ -15,5 +15,7 @@ __all__ = [
     "Report",
     "analyze",
     "domain_graph",
+    "plan",
+    "repair",
 ]
 __version__ = "0.1.0"

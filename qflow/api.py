@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from qflow.analysis import analyze_graph
+from qflow.errors import ProofError
 from qflow.graph import DomainGraph
 from qflow.report.model import Report
+from qflow.solvers.repair import Plan, plan_repair
 
 
 def domain_graph(obj: Any, form: str | None = None) -> DomainGraph:
@@ -29,3 +31,34 @@ def analyze(obj: Any, form: str | None = None, name: str = "") -> Report:
     ("qdq" or "folded").
     """
     return analyze_graph(domain_graph(obj, form), name=name)
+
+
+def plan(obj: Any, form: str | None = None, objective: str = "count") -> Plan:
+    """The minimal requant plan for `obj` (nothing is modified)."""
+    return plan_repair(domain_graph(obj, form), objective)
+
+
+def repair(obj: Any, form: str | None = None, objective: str = "count") -> Any:
+    """A copy of `obj`, of the same kind, with the minimal set of requants inserted.
+
+    `objective` is "count" (fewest requants) or "bytes" (least data moved).
+    An already-proved graph is returned unchanged (the same object). Raises
+    `ProofError` when the repaired graph still does not prove (unknown ops,
+    missing facts), so a repair never hands back a graph it cannot vouch for.
+    """
+    import copy
+
+    from qflow.integrations.load import graph_module_of
+    from qflow.integrations.rewrite import apply_plan
+
+    dg = domain_graph(obj, form)
+    p = plan_repair(dg, objective)
+    if p.empty:
+        return obj
+    repaired = copy.deepcopy(obj)
+    gm, _ = graph_module_of(repaired)
+    apply_plan(gm, p)
+    report = analyze(repaired, form=dg.form)
+    if not report.proved:
+        raise ProofError(report)
+    return repaired

@@ -60,3 +60,20 @@ class G:
                 arg="args[0]",
             )
         )
+
+
+def noq(g: G, name: str, src: str, d: Domain) -> None:
+    """A quantize `name` to `d` right after pass-through `src` (Q/DQ form)."""
+    g.fact(name, d, cls=OpClass.QUANTIZE)
+    g.dg.add_use(src, name, "args[0]")
+    g.dg.oblige(
+        Obligation(
+            ObligationKind.NO_FOLD_CHANGE,
+            src,
+            src,
+            expected=d,
+            edge=(src, name),
+            allow_float=True,
+            finding_kind="requant-after-passthrough",
+        )
+    )

@@ -1,0 +1,5 @@
+import sys
+
+from qflow.cli import main
+
+sys.exit(main())

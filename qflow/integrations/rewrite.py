@@ -1,0 +1,112 @@
+"""Apply a repair Plan to an FX graph, in the IR form it came in.
+
+A requant is written as the nodes later passes already understand: between a
+producer of real numbers and a quantize, a quantize/dequantize pair in the
+producer's domain (the fold then keeps a dq→q pair, which the Arm backend
+lowers to a RESCALE); between codes and a consumer of other codes, a
+dequantize/quantize pair. Folded pass-through ops get their claimed
+``output_qparams`` set to the domain they really carry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from qflow.domain import Domain
+from qflow.errors import InputError
+from qflow.integrations.fx import target_name
+from qflow.ops import OpClass, classify
+from qflow.solvers.repair import Plan, Requant
+
+_TORCH_DTYPES = {
+    "int4": torch.int8,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+}
+
+
+def _qdq_ops(gm: fx.GraphModule) -> dict[str, Any]:
+    """The quantize / dequantize overloads of the graph's dialect (aten or edge)."""
+    edge = any("EdgeOpOverload" in type(n.target).__name__ for n in gm.graph.nodes if n.op == "call_function")
+    if edge:
+        from executorch.exir.dialects._ops import ops as exir_ops
+
+        ns = exir_ops.edge.quantized_decomposed
+    else:
+        import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401  (registers quantized_decomposed)
+
+        ns = torch.ops.quantized_decomposed
+    return {
+        ("q", False): ns.quantize_per_tensor.default,
+        ("dq", False): ns.dequantize_per_tensor.default,
+        ("q", True): ns.quantize_per_channel.default,
+        ("dq", True): ns.dequantize_per_channel.default,
+    }
+
+
+def _qargs(d: Domain, where: str) -> tuple[Any, ...]:
+    if d.is_float or d.per_channel:
+        raise InputError(f"qflow can only insert per-tensor requants; {d} is not one", where)
+    return (float(d.scale), int(d.zero_point), d.qmin, d.qmax, _TORCH_DTYPES.get(d.dtype, torch.int8))  # type: ignore[arg-type]
+
+
+def _set_val(node: fx.Node, like: fx.Node, dtype: torch.dtype) -> None:
+    val = like.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        mode = getattr(val, "fake_mode", None)
+        with mode if mode is not None else contextlib.nullcontext():
+            node.meta["val"] = torch.empty_like(val, dtype=dtype)
+    for key in ("stack_trace", "nn_module_stack", "custom"):
+        if key in like.meta:
+            node.meta[key] = like.meta[key]
+
+
+def _insert(gm: fx.GraphModule, ops: dict[str, Any], rq: Requant, nodes: dict[str, fx.Node]) -> None:
+    producer, consumer = nodes.get(rq.edge[0]), nodes.get(rq.edge[1])
+    if producer is None or consumer is None:
+        raise InputError(f"the plan names edge {rq.edge}, which is not in the graph", rq.edge[1])
+    consumer_is_q = consumer.op == "call_function" and classify(target_name(consumer)) is OpClass.QUANTIZE
+    if rq.source_real and consumer_is_q:
+        # real on S → Q(T): materialize S's codes so a dq(S)→q(T) pair remains
+        chain = [("q", rq.source), ("dq", rq.source)]
+    elif rq.source_real:
+        chain = [("q", rq.target), ("dq", rq.target)]  # real on S → real on T's grid
+    else:
+        chain = [("dq", rq.source), ("q", rq.target)]  # codes in S → codes in T
+    with gm.graph.inserting_before(consumer):
+        cur = producer
+        for kind, dom in chain:
+            new = gm.graph.call_function(ops[(kind, False)], (cur, *_qargs(dom, consumer.name)))
+            dtype = torch.float32 if kind == "dq" else _TORCH_DTYPES.get(dom.dtype, torch.int8)
+            _set_val(new, producer, dtype)
+            new.meta["qflow_requant"] = str(rq)
+            cur = new
+    consumer.replace_input_with(producer, cur)
+
+
+def _reclaim(node: fx.Node, d: Domain) -> None:
+    from executorch.backends.arm._passes.quant_args import QuantArgs
+
+    oq = dict(node.meta.get("output_qparams") or {})
+    oq[min(oq) if oq else 0] = QuantArgs(float(d.scale), int(d.zero_point), d.qmin, d.qmax, _TORCH_DTYPES[d.dtype])  # type: ignore[arg-type]
+    node.meta["output_qparams"] = oq
+
+
+def apply_plan(gm: fx.GraphModule, plan: Plan) -> None:
+    """Rewrite `gm` in place (callers pass a copy)."""
+    if plan.empty:
+        return
+    nodes = {n.name: n for n in gm.graph.nodes}
+    ops = _qdq_ops(gm)
+    for rq in plan.requants:
+        _insert(gm, ops, rq, nodes)
+    for name, d in plan.reclaims.items():
+        _reclaim(nodes[name], d)
+    gm.graph.lint()
+    gm.recompile()

@@ -1,0 +1,259 @@
+"""Minimal requant planning with z3 Optimize.
+
+The planning model is the *physical* one: a pass-through op's domain is
+whatever codes reach it (its claim, if any, is rewritten afterwards), and each
+candidate edge carries a boolean "a requant sits here" that relaxes the
+equality across it. Minimize the number of requants (or the bytes they move)
+subject to every obligation holding. Each independent region is optimized on
+its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import z3
+
+from qflow.domain import Domain
+from qflow.graph import DefKind, DomainGraph, Obligation, ObligationKind
+from qflow.ops import OpClass
+from qflow.solvers.encode import Encoder, Terms
+from qflow.solvers.prove import _UnionFind
+
+_ITEMSIZE = {"int4": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4}
+
+
+@dataclass(frozen=True)
+class Requant:
+    """Insert a requantize on `edge` (producer → consumer): codes in `source`
+    become codes in `target`."""
+
+    edge: tuple[str, str]
+    source: Domain
+    target: Domain
+    source_real: bool = False  # the producer hands over real numbers on `source`'s grid
+    cost: int = 1
+
+    def __str__(self) -> str:
+        return f"requant {self.edge[0]} → {self.edge[1]}: {self.source} → {self.target}"
+
+
+@dataclass
+class Plan:
+    requants: list[Requant] = field(default_factory=list)
+    #: Pass-through ops whose claimed output domain must become their physical one.
+    reclaims: dict[str, Domain] = field(default_factory=dict)
+    #: Obligations no requant can discharge (unknown ops, missing facts).
+    unrepairable: list[Obligation] = field(default_factory=list)
+    objective: str = "count"
+
+    @property
+    def empty(self) -> bool:
+        return not self.requants and not self.reclaims
+
+
+def _blocked(dg: DomainGraph, name: str) -> bool:
+    seen: set[str] = set()
+    while name not in seen:
+        seen.add(name)
+        d = dg.value(name).definition
+        if d.kind is DefKind.FREE:
+            return d.blocking
+        if d.kind is not DefKind.ALIAS or not d.sources:
+            return False
+        name = d.sources[0]
+    return False
+
+
+class Planner:
+    def __init__(self, dg: DomainGraph, objective: str = "count") -> None:
+        if objective not in ("count", "bytes"):
+            raise ValueError("objective must be 'count' or 'bytes'")
+        self.dg, self.objective = dg, objective
+        self.enc = Encoder()
+        self.ctx = self.enc.ctx
+        self._r: dict[tuple[str, str], z3.BoolRef] = {}
+
+    def r(self, edge: tuple[str, str]) -> z3.BoolRef:
+        b = self._r.get(edge)
+        if b is None:
+            b = z3.Bool(f"rq[{edge[0]}->{edge[1]}]", self.ctx)
+            self._r[edge] = b
+        return b
+
+    def cost(self, edge: tuple[str, str], target: Domain | None = None) -> int:
+        if self.objective == "count":
+            return 1
+        v = self.dg.value(edge[0])
+        size = _ITEMSIZE.get(target.dtype if target else (v.dtype or ""), 1)
+        return max(1, (v.numel or 1) * size)
+
+    # -- constraints ------------------------------------------------------------
+    def _identity_values(self) -> list[str]:
+        return [
+            v.name
+            for v in self.dg.values()
+            if v.definition.kind is DefKind.ALIAS and v.definition.sources and v.op_class is not OpClass.UNKNOWN
+        ]
+
+    def constraints(self, ob: Obligation) -> list[z3.BoolRef]:
+        e = self.enc
+        if ob.kind is ObligationKind.USE and ob.expected is not None:
+            lhs = e.var(ob.value)
+            if ob.expected.is_float and ob.expected_real:
+                holds = lhs.real
+            elif ob.allow_float:
+                holds = z3.Or(lhs.real, e.eq(lhs, e.literal(ob.expected), with_real=False))
+            else:
+                holds = e.eq(
+                    lhs, e.literal(ob.expected, bool(ob.expected_real)), with_real=ob.expected_real is not None
+                )
+            return [z3.Or(self.r(ob.edge), holds)] if ob.edge else [holds]
+        if ob.kind is ObligationKind.NO_FOLD_CHANGE and ob.expected is not None:
+            lhs = e.var(ob.value)
+            holds = z3.Or(e.eq(lhs, e.literal(ob.expected), with_real=False), e.is_gridless_float(lhs))
+            return [z3.Or(self.r(ob.edge), holds)] if ob.edge else [holds]
+        return []  # SAME_AS_FIRST and CLAIM are covered by the identity constraints below
+
+    def identity(self, name: str) -> list[z3.BoolRef]:
+        """A pass-through op's codes equal every input's, unless a requant sits on that input."""
+        out = []
+        t = self.enc.var(name)
+        for s in self.dg.value(name).definition.sources:
+            out.append(z3.Or(self.r((s, name)), self.enc.eq(t, self.enc.var(s))))
+        return out
+
+    # -- solve --------------------------------------------------------------------
+    def plan(self) -> Plan:
+        plan = Plan(objective=self.objective)
+        obs: list[Obligation] = []
+        for ob in self.dg.obligations:
+            if ob.kind is ObligationKind.STRUCTURAL:
+                continue
+            deps = [ob.value] + ([ob.other] if ob.other else [])
+            if any(_blocked(self.dg, d) for d in deps):
+                plan.unrepairable.append(ob)
+            elif ob.kind in (ObligationKind.USE, ObligationKind.NO_FOLD_CHANGE):
+                obs.append(ob)
+        identities = self._identity_values()
+        uf = _UnionFind()
+        for n in identities:
+            for s in self.dg.value(n).definition.sources:
+                uf.union(n, s)
+        for ob in obs:
+            uf.find(ob.value)
+        regions: dict[str, tuple[list[str], list[Obligation]]] = {}
+        for n in identities:
+            regions.setdefault(uf.find(n), ([], []))[0].append(n)
+        for ob in obs:
+            regions.setdefault(uf.find(ob.value), ([], []))[1].append(ob)
+        for ids, region_obs in regions.values():
+            if region_obs or any(self.dg.value(n).claim is not None for n in ids):
+                self._solve_region(ids, region_obs, plan)
+        return plan
+
+    def _region_values(self, ids: list[str], obs: list[Obligation]) -> set[str]:
+        names = set(ids)
+        for n in ids:
+            names.update(self.dg.value(n).definition.sources)
+        names.update(o.value for o in obs)
+        return names
+
+    def _solve_region(self, ids: list[str], obs: list[Obligation], plan: Plan) -> None:
+        opt = z3.Optimize(ctx=self.ctx)
+        names = self._region_values(ids, obs)
+        idset = set(ids)
+        for n in names:
+            if n not in idset:
+                for f in self.enc.define(n, self.dg.value(n).definition):
+                    opt.add(f)
+        for n in ids:
+            for f in self.identity(n):
+                opt.add(f)
+        for ob in obs:
+            for f in self.constraints(ob):
+                opt.add(f)
+        edges = self._region_edges(ids, obs)
+        if not edges:
+            return
+        for edge in edges:
+            opt.add_soft(z3.Not(self.r(edge)), self.cost(edge))
+        if opt.check() != z3.sat:
+            plan.unrepairable.extend(obs)
+            return
+        model = opt.model()
+        self._read_plan(model, ids, obs, edges, plan)
+
+    def _region_edges(self, ids: list[str], obs: list[Obligation]) -> list[tuple[str, str]]:
+        edges: list[tuple[str, str]] = []
+        for n in ids:
+            edges.extend((s, n) for s in self.dg.value(n).definition.sources)
+        edges.extend(o.edge for o in obs if o.edge is not None)
+        return list(dict.fromkeys(edges))
+
+    def _read_plan(
+        self,
+        model: z3.ModelRef,
+        ids: list[str],
+        obs: list[Obligation],
+        edges: Iterable[tuple[str, str]],
+        plan: Plan,
+    ) -> None:
+        needed: dict[tuple[str, str], Domain] = {}
+        for ob in obs:
+            if ob.edge is not None and ob.expected is not None:
+                needed[ob.edge] = ob.expected
+        for n in ids:
+            dom, _ = self.enc.read(model, self.enc.var(n))
+            for s in self.dg.value(n).definition.sources:
+                needed.setdefault((s, n), dom)
+        for edge in edges:
+            if not z3.is_true(model.eval(self.r(edge), model_completion=True)):
+                continue
+            src, src_real = self.enc.read(model, self.enc.var(edge[0]))
+            plan.requants.append(Requant(edge, src, needed[edge], src_real, self.cost(edge, needed[edge])))
+        for n in ids:
+            claim = self.dg.value(n).claim
+            if claim is None:
+                continue
+            phys, _ = self.enc.read(model, self.enc.var(n))
+            if phys != claim:
+                plan.reclaims[n] = phys
+
+
+def plan_repair(dg: DomainGraph, objective: str = "count") -> Plan:
+    """The minimal set of requants that makes every repairable obligation hold."""
+    return Planner(dg, objective).plan()
+
+
+def brute_force_size(dg: DomainGraph) -> int | None:
+    """The smallest number of requants, by enumerating edge subsets (tests only:
+    exponential, for graphs with a handful of candidate edges)."""
+    p = Planner(dg)
+    full = p.plan()  # builds the same constraints; we re-solve with fixed subsets
+    del full
+    obs = [o for o in dg.obligations if o.kind in (ObligationKind.USE, ObligationKind.NO_FOLD_CHANGE)]
+    ids = p._identity_values()
+    edges = p._region_edges(ids, obs)
+    base = z3.Solver(ctx=p.ctx)
+    for n in p._region_values(ids, obs) - set(ids):
+        for f in p.enc.define(n, dg.value(n).definition):
+            base.add(f)
+    for n in ids:
+        for f in p.identity(n):
+            base.add(f)
+    for ob in obs:
+        for f in p.constraints(ob):
+            base.add(f)
+    for k in range(len(edges) + 1):
+        for subset in itertools.combinations(edges, k):
+            chosen = set(subset)
+            assumptions = [p.r(e) if e in chosen else z3.Not(p.r(e)) for e in edges]
+            if base.check(*assumptions) == z3.sat:
+                return k
+    return None
+
+
+__all__ = ["Plan", "Requant", "Terms", "brute_force_size", "plan_repair"]
