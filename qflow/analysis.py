@@ -55,6 +55,16 @@ def _describe(dg: DomainGraph, r: Result) -> tuple[str, str]:
         }.get(ob.kind, ob.node)
         return k, f"unproven: {what}, but {'; '.join(r.blockers) or blocker}."
     v = dg.value(ob.value)
+    if ob.kind is ObligationKind.STRUCTURAL:
+        return ob.finding_kind, ob.detail
+    if ob.kind is ObligationKind.CLAIM and ob.finding_kind == "unenforced-narrow-range":
+        claimed = r.expected.domain if r.expected and r.expected.domain else None
+        rng = f"[{claimed.qmin}, {claimed.qmax}]" if claimed else "?"
+        return ob.finding_kind, (
+            f"{ob.node} ({v.target}) claims output range {rng} in {exp}, but its rescale saturates "
+            f"only to {prod}: no clamp enforces the narrowed range (an activation fused by moving qmin, "
+            "ExecuTorch Arm FuseQuantizedActivationPass)."
+        )
     if ob.kind is ObligationKind.CLAIM:
         return ob.finding_kind, (
             f"{ob.node} ({v.target}) is a {v.op_class.value} op: it copies the codes of its input, which are "

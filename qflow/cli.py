@@ -33,13 +33,10 @@ def _check(args: argparse.Namespace) -> int:
     reports = []
     for p in paths:
         try:
-            obj: object = p
-            if args.arm_fold:
-                from qflow.integrations.arm import fold_qparams, to_edge_program_from_exported
-                from qflow.integrations.load import load_program
-
-                obj = fold_qparams(to_edge_program_from_exported(load_program(p)))
-            reports.append(analyze(obj, form=args.form, name=p.name))
+            if args.arm:
+                reports += _arm_partitions(p, args.arm)
+            else:
+                reports.append(analyze(p, form=args.form, name=p.name))
         except QflowError as e:
             print(f"qflow: {p}: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -49,6 +46,19 @@ def _check(args: argparse.Namespace) -> int:
     else:
         print("\n\n".join(str(r) for r in reports))
     return EXIT_PROVED if all(r.proved for r in reports) else EXIT_NOT_PROVED
+
+
+def _arm_partitions(path: Path, spec: str) -> list:
+    """Lower with the real Arm TOSA partitioner and prove each partition as the
+    backend sees it right after its fold pass."""
+    from qflow.api import analyze
+    from qflow.integrations.arm import capture_after, lower
+    from qflow.integrations.load import load_program
+
+    ep = load_program(path)
+    with capture_after() as partitions:
+        lower(ep, (), spec=spec)
+    return [analyze(part, name=f"{path.name} partition {i} ({spec})") for i, part in enumerate(partitions)]
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -74,10 +84,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--format", choices=("text", "json"), default="text", help="report format (default text)")
     c.add_argument("--form", choices=("qdq", "folded"), default=None, help="override the detected IR form")
     c.add_argument(
-        "--arm-fold",
-        action="store_true",
-        help="lower to edge and run the real ExecuTorch Arm FoldAndAnnotateQParamsPass first, "
-        "then prove the folded graph",
+        "--arm",
+        metavar="TOSA_SPEC",
+        help="lower with the real ExecuTorch Arm TOSA partitioner (e.g. TOSA-1.0+INT+int16) and prove "
+        "each partition as the backend sees it after FoldAndAnnotateQParamsPass",
     )
     c.set_defaults(func=_check)
     e = sub.add_parser("explain", help="what a finding kind means and how to fix it")

@@ -81,10 +81,19 @@ class Domain:
 
     @property
     def narrowed(self) -> bool:
-        """True when [qmin, qmax] is narrower than the dtype's code range by more
-        than the symmetric-range convention (qmin = -qmax)."""
+        """True when [qmin, qmax] is narrower than the dtype's code range in a way
+        only a clamp can guarantee: not the full range, not the symmetric one
+        (qmin = -qmax) and not a sub-byte range carried in a wider dtype."""
         lo, hi = DTYPE_RANGE.get(self.dtype, (self.qmin, self.qmax))
-        return self.qmin > lo + 1 or self.qmax < hi
+        if (self.qmin, self.qmax) in ((lo, hi), (lo + 1, hi), (-self.qmax, self.qmax)):
+            return False
+        return self.qmax - self.qmin > 15
+
+    def widened(self) -> Domain:
+        """The same meaning over the dtype's full code range: what a rescale
+        that saturates only to the dtype produces."""
+        lo, hi = DTYPE_RANGE.get(self.dtype, (self.qmin, self.qmax))
+        return Domain(self.dtype, self.scale, self.zero_point, lo, hi, self.axis)
 
     def __str__(self) -> str:
         if self.is_float:

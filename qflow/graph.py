@@ -97,6 +97,7 @@ class Obligation:
     arg: str = ""  # human label of the consumer input, e.g. "args[0][1]"
     compare_claim: bool = True  # compare the producer's claim when it has one
     allow_float: bool = False  # NO_FOLD_CHANGE: a real tensor with no grid is fine
+    check_range: bool = True  # CLAIM: False when the node itself clamps to the claimed range
     finding_kind: str = "domain-mismatch"
     #: STRUCTURAL obligations are decided by the rule that made them.
     holds: bool | None = None

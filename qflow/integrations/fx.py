@@ -32,6 +32,7 @@ from qflow.graph import (
     Value,
     float_fact,
 )
+from qflow.integrations import activations
 from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify
 
 FORMS = ("qdq", "folded")
@@ -326,8 +327,12 @@ class FxAdapter:
         # A quantize takes real numbers; applied to codes already in `d` it is
         # the identity (the fold pass leaves such Q nodes at partition outputs).
         self._use(x, node, "args[0]", d, None, allow_real=True)
+        if self.form == "qdq" and len(x.users) == 1 and base_name(target_name(node)) == "quantize_per_tensor":
+            activations.check(x, d, self.dg)
         xv = self.dg.value(x.name) if x.name in self.dg.g else None
-        if xv is not None and xv.op_class in (OpClass.PASSTHROUGH, OpClass.ACTIVATION, OpClass.UNKNOWN):
+        # (an activation may pair with a rescale: a clamp then a requant is a
+        # legal lowering, and backends that cannot do it leave it on the CPU)
+        if xv is not None and xv.op_class in (OpClass.PASSTHROUGH, OpClass.UNKNOWN):
             if xv.claim is None and not self._skip_use(x):
                 self.dg.oblige(
                     Obligation(
@@ -394,6 +399,7 @@ class FxAdapter:
                     value=node.name,
                     expected=claim,
                     finding_kind="passthrough-domain-change",
+                    check_range=cls is not OpClass.ACTIVATION,  # a clamp enforces its range
                 )
             )
 
@@ -440,7 +446,9 @@ class FxAdapter:
         if cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION):
             self._add_identity(node, cls, out)
         elif cls is OpClass.COMPUTE:
-            if out is not None:
+            if out is not None and out.narrowed:
+                self._add_narrowed(node, cls, out)
+            elif out is not None:
                 d = Definition(DefKind.FACT, out, real=False)
             elif declared:
                 d = Definition(
@@ -450,7 +458,8 @@ class FxAdapter:
                 )
             else:
                 d = float_fact()
-            self._value(node, cls, d)
+            if node.name not in self.dg.g:
+                self._value(node, cls, d)
         else:
             self._add_unknown(node, out)
             return
@@ -466,6 +475,21 @@ class FxAdapter:
                 self._use(a, node, _label(i, j), FLOAT, True)
             else:
                 self.dg.add_use(a.name, node.name, _label(i, j))
+
+    def _add_narrowed(self, node: fx.Node, cls: OpClass, out: Domain) -> None:
+        """A compute op whose output_qparams narrow the code range (an activation
+        fused by moving qmin): its rescale saturates only to the dtype range, so
+        the narrowed range is a claim that some clamp must enforce."""
+        self._value(node, cls, Definition(DefKind.FACT, out.widened(), real=False), claim=out)
+        self.dg.oblige(
+            Obligation(
+                kind=ObligationKind.CLAIM,
+                node=node.name,
+                value=node.name,
+                expected=out,
+                finding_kind="unenforced-narrow-range",
+            )
+        )
 
     # -- boundary inputs -------------------------------------------------------------
     def _settle_inputs(self) -> None:

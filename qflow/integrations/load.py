@@ -30,6 +30,14 @@ def graph_module_of(obj: Any) -> tuple[fx.GraphModule, Any | None]:
     )
 
 
+def _register_quant_ops() -> None:
+    """The quantized_decomposed ops must exist before a Q/DQ program deserializes."""
+    try:
+        import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401
+    except ImportError:  # torch's own copy of the op library
+        import torch.ao.quantization.fx._decomposed  # noqa: F401
+
+
 def load_program(path: str | Path) -> torch.export.ExportedProgram:
     """Load a `torch.export.save`d program. torch.export.load reads the graph
     from its JSON serialization and tensors with the weights-only unpickler,
@@ -42,6 +50,7 @@ def load_program(path: str | Path) -> torch.export.ExportedProgram:
 
         if not zipfile.is_zipfile(p):
             raise InputError(f"{p}: not a .pt2 archive (torch.export.save writes a zip file)")
+        _register_quant_ops()
         return torch.export.load(p)
     except InputError:
         raise

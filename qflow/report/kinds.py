@@ -61,6 +61,28 @@ KINDS: dict[str, Kind] = {
             "Requantize the odd inputs into the common domain (qflow.repair picks the cheapest set).",
         ),
         Kind(
+            "non-fuseable-activation",
+            "error",
+            "an activation is fused although its bounds cut inside the domain",
+            "conv/linear → relu/hardtanh/clamp → quantize lowers to one rescale that saturates to the "
+            "quantize's [qmin, qmax]. Dropping the activation is exact only when its bounds, quantized, do "
+            "not cut inside that range (relu: zero_point == qmin). ExecuTorch Arm ≥ the 'fuse by setting "
+            "qmin to zp' change fuses relu regardless and nothing enforces the narrowed qmin: negative "
+            "values leak (measured on the TOSA reference model). The default Arm quantizer produces this "
+            "whenever a fused relu's output domain is shared with a signed tensor (cat).",
+            "Give the activation its own domain with zero_point == qmin and requantize into the shared "
+            "domain after it, or keep the activation as an explicit clamp.",
+        ),
+        Kind(
+            "unenforced-narrow-range",
+            "error",
+            "a producer claims a narrowed code range that nothing enforces",
+            "The op's output_qparams narrow [qmin, qmax] (an activation fused by moving qmin to the zero "
+            "point), but its rescale saturates only to the dtype range: the values are not guaranteed to "
+            "lie in the claimed domain.",
+            "Keep the activation as a clamp, or requantize as for non-fuseable-activation.",
+        ),
+        Kind(
             "unknown-op",
             "warning",
             "an op qflow does not know stands in the way of a proof",

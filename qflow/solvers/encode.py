@@ -31,6 +31,10 @@ class Terms:
     def fields(self) -> tuple[z3.ExprRef, ...]:
         return (self.dt, self.s, self.zp, self.qmin, self.qmax, self.pc)
 
+    def meaning(self) -> tuple[z3.ExprRef, ...]:
+        """The fields that say what a code means (not which codes may occur)."""
+        return (self.dt, self.s, self.zp, self.pc)
+
 
 class Encoder:
     """Owns the interning tables so a z3 model can be read back as a Domain."""
@@ -106,10 +110,23 @@ class Encoder:
 
     # -- formulas ------------------------------------------------------------
     def eq(self, a: Terms, b: Terms, with_real: bool = True) -> z3.BoolRef:
+        """Same domain, range included (definitions, aliases)."""
         parts = [x == y for x, y in zip(a.fields(), b.fields(), strict=True)]
         if with_real:
             parts.append(a.real == b.real)
         return z3.And(*parts)
+
+    def fits(self, a: Terms, b: Terms, with_real: bool = True) -> z3.BoolRef:
+        """Codes of `a` read correctly as `b`: same meaning, and `a`'s code
+        range lies within `b`'s (a consumer may accept more codes than occur)."""
+        parts = [x == y for x, y in zip(a.meaning(), b.meaning(), strict=True)]
+        parts += [a.qmin >= b.qmin, a.qmax <= b.qmax]
+        if with_real:
+            parts.append(a.real == b.real)
+        return z3.And(*parts)
+
+    def same_meaning(self, a: Terms, b: Terms) -> z3.BoolRef:
+        return z3.And(*[x == y for x, y in zip(a.meaning(), b.meaning(), strict=True)])
 
     def is_gridless_float(self, a: Terms) -> z3.BoolRef:
         return z3.And(a.real, a.dt == 0)

@@ -96,16 +96,7 @@ class Prover:
 
     def formula(self, ob: Obligation) -> z3.BoolRef:
         lhs, rhs = self._lhs(ob), self._rhs(ob)
-        if ob.kind is ObligationKind.NO_FOLD_CHANGE:
-            same = self.enc.eq(lhs, rhs, with_real=False)
-            return z3.Or(same, self.enc.is_gridless_float(lhs)) if ob.allow_float else same
-        if ob.kind is ObligationKind.CLAIM:
-            return self.enc.eq(lhs, rhs, with_real=False)
-        if ob.expected is not None and ob.expected.is_float and ob.expected_real:
-            return lhs.real  # a float consumer accepts any real tensor
-        if ob.allow_float:  # a quantize: real input, or codes already in its domain
-            return z3.Or(lhs.real, z3.And(z3.Not(lhs.real), self.enc.eq(lhs, rhs, with_real=False)))
-        return self.enc.eq(lhs, rhs, with_real=ob.expected_real is not None or ob.other is not None)
+        return obligation_formula(self.enc, ob, lhs, rhs)
 
     # -- regions ---------------------------------------------------------------
     def _depends(self, ob: Obligation) -> list[str]:
@@ -193,7 +184,8 @@ class Prover:
             solver.pop()
         for o in self.dg.obligations:
             if o.kind is ObligationKind.STRUCTURAL:
-                results[id(o)] = Result(o, Status.PROVED if o.holds else Status.VIOLATED)
+                side = Side(o.expected) if o.expected is not None else None
+                results[id(o)] = Result(o, Status.PROVED if o.holds else Status.VIOLATED, expected=side)
         return [results[id(o)] for o in self.dg.obligations]
 
     def _proved(self, ob: Obligation) -> Result:
@@ -210,6 +202,22 @@ class Prover:
             return Result(ob, status, None, expected if ob.other is None else None, blockers)
         produced = Side(*self.enc.read(model, self._lhs(ob)))
         return Result(ob, status, produced, expected, blockers)
+
+
+def obligation_formula(enc: Encoder, ob: Obligation, lhs: Terms, rhs: Terms) -> z3.BoolRef:
+    """What it means for `ob` to hold, given its two sides."""
+    if ob.kind is ObligationKind.NO_FOLD_CHANGE:
+        same = enc.same_meaning(lhs, rhs)
+        return z3.Or(same, enc.is_gridless_float(lhs)) if ob.allow_float else same
+    if ob.kind is ObligationKind.SAME_AS_FIRST:
+        return z3.And(enc.same_meaning(lhs, rhs), lhs.real == rhs.real)
+    if ob.kind is ObligationKind.CLAIM:
+        return enc.fits(lhs, rhs, with_real=False) if ob.check_range else enc.same_meaning(lhs, rhs)
+    if ob.expected is not None and ob.expected.is_float and ob.expected_real:
+        return lhs.real  # a float consumer accepts any real tensor
+    if ob.allow_float:  # a quantize: real input, or codes already in its domain
+        return z3.Or(lhs.real, enc.fits(lhs, rhs, with_real=False))
+    return enc.fits(lhs, rhs, with_real=ob.expected_real is not None)
 
 
 def prove(dg: DomainGraph) -> tuple[list[Result], ProofStats]:

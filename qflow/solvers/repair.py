@@ -20,7 +20,7 @@ from qflow.domain import Domain
 from qflow.graph import DefKind, DomainGraph, Obligation, ObligationKind
 from qflow.ops import OpClass
 from qflow.solvers.encode import Encoder, Terms
-from qflow.solvers.prove import _UnionFind
+from qflow.solvers.prove import _UnionFind, obligation_formula
 
 _ITEMSIZE = {"int4": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4}
 
@@ -99,23 +99,11 @@ class Planner:
         ]
 
     def constraints(self, ob: Obligation) -> list[z3.BoolRef]:
-        e = self.enc
-        if ob.kind is ObligationKind.USE and ob.expected is not None:
-            lhs = e.var(ob.value)
-            if ob.expected.is_float and ob.expected_real:
-                holds = lhs.real
-            elif ob.allow_float:
-                holds = z3.Or(lhs.real, e.eq(lhs, e.literal(ob.expected), with_real=False))
-            else:
-                holds = e.eq(
-                    lhs, e.literal(ob.expected, bool(ob.expected_real)), with_real=ob.expected_real is not None
-                )
-            return [z3.Or(self.r(ob.edge), holds)] if ob.edge else [holds]
-        if ob.kind is ObligationKind.NO_FOLD_CHANGE and ob.expected is not None:
-            lhs = e.var(ob.value)
-            holds = z3.Or(e.eq(lhs, e.literal(ob.expected), with_real=False), e.is_gridless_float(lhs))
-            return [z3.Or(self.r(ob.edge), holds)] if ob.edge else [holds]
-        return []  # SAME_AS_FIRST and CLAIM are covered by the identity constraints below
+        if ob.kind not in (ObligationKind.USE, ObligationKind.NO_FOLD_CHANGE) or ob.expected is None:
+            return []  # SAME_AS_FIRST and CLAIM are covered by the identity constraints
+        lhs = self.enc.var(ob.value)  # physical: a claim is rewritten, not trusted
+        holds = obligation_formula(self.enc, ob, lhs, self.enc.literal(ob.expected, bool(ob.expected_real)))
+        return [z3.Or(self.r(ob.edge), holds)] if ob.edge else [holds]
 
     def identity(self, name: str) -> list[z3.BoolRef]:
         """A pass-through op's codes equal every input's, unless a requant sits on that input."""

@@ -1,0 +1,116 @@
+"""qflow on graphs from the real ExecuTorch 1.5.1 Arm pipeline.
+
+Each model goes through the real quantizer (prepare_pt2e/convert_pt2e), real
+export and to_edge, and the real TOSA partitioner, whose partitions are
+captured right after the real FoldAndAnnotateQParamsPass.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import qflow
+
+QDQ_FORMS = ("converted", "exported", "edge")
+ORDINARY = ("conv_bn_relu6_residual", "conv_cat_skip", "attention", "linear_per_channel", "mixed_a16w8")
+
+
+def _forms(b):
+    for form in QDQ_FORMS:
+        yield form, getattr(b, form)
+    for i, part in enumerate(b.partitions):
+        yield f"partition{i}", part
+
+
+def _cat(report):
+    return [f for f in report.findings if "cat" in f.node]
+
+
+# -- seed 000 -------------------------------------------------------------------
+
+
+def test_seed000_folded_partition_reports_the_cat(built) -> None:
+    b = built("seed000_probe")
+    [part] = b.partitions
+    r = qflow.analyze(part)
+    assert r.form == "folded" and r.proved is False
+    [f] = r.findings
+    assert f.kind == "passthrough-domain-change" and f.severity == "error"
+    assert f.node == "aten_cat_default"
+    assert f.produced["dtype"] == "int8" and f.produced["zero_point"] == 102
+    assert f.produced["scale"] == pytest.approx(0.1)
+    assert f.expected["dtype"] == "int16" and f.expected["zero_point"] == 0
+    assert f.expected["scale"] == pytest.approx(1 / 32767)
+    assert r.to_json()["obligations"]["violated"] == 1
+
+
+def test_seed000_standalone_fold_reports_the_cat(built) -> None:
+    """The seed's own reproduction: the fold pass run alone on the edge program."""
+    r = qflow.analyze(built("seed000_probe").folded)
+    assert [(f.kind, f.node) for f in r.findings] == [("passthrough-domain-change", "aten_cat_default")]
+
+
+@pytest.mark.parametrize("form", QDQ_FORMS)
+def test_seed000_qdq_says_the_requant_after_cat_must_not_be_folded(built, form) -> None:
+    r = qflow.analyze(getattr(built("seed000_probe"), form))
+    assert not r.proved
+    [f] = r.findings
+    assert f.kind == "requant-after-passthrough" and "cat" in f.node
+    assert "must not be folded" in f.message
+    assert f.produced["zero_point"] == 102 and f.expected["dtype"] == "int16"
+
+
+def test_seed000_control_is_proved_in_every_form(built) -> None:
+    b = built("seed000_control")
+    for form, obj in [*_forms(b), ("folded", b.folded)]:
+        r = qflow.analyze(obj)
+        assert r.proved, (form, str(r))
+        assert r.findings == [] and r.obligations["proved"] > 0
+
+
+# -- ordinary models ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ORDINARY)
+def test_ordinary_models_are_proved_in_qdq_and_folded_form(built, name) -> None:
+    b = built(name)
+    assert b.partitions, "the model must be delegated"
+    for form, obj in _forms(b):
+        r = qflow.analyze(obj, name=f"{name}/{form}")
+        assert r.proved, str(r)
+        assert not r.errors
+        assert r.obligations["proved"] > 0
+
+
+# -- the live 1.5.1 relu-fusion defect (issue 4 preview; found on stock models) -----
+
+
+@pytest.mark.parametrize("name", ["conv_relu_cat_signed", "conv_relu_cat_skip", "seed001_tiny_conv_relu_cat"])
+def test_fused_relu_with_zp_above_qmin_is_reported(built, name) -> None:
+    b = built(name)
+    r = qflow.analyze(b.edge)
+    [f] = r.errors
+    assert f.kind == "non-fuseable-activation" and "relu" in f.node
+    assert "zp=" in f.message and "qmin" in f.message
+    for part in b.partitions:
+        kinds = {f.kind for f in qflow.analyze(part).findings}
+        assert "unenforced-narrow-range" in kinds
+
+
+# -- soundness: unknown ops ------------------------------------------------------------
+
+
+def test_an_unknown_op_between_domains_is_unproven_never_proved(built) -> None:
+    from qflow import ops
+
+    b = built("seed000_control")
+    ops.unregister("cat")
+    try:
+        r = qflow.analyze(b.edge)
+    finally:
+        ops.register("cat", "passthrough")
+    assert not r.proved
+    assert r.obligations["unproven"] >= 1
+    assert any(f.kind == "unknown-op" and "cat" in f.node for f in r.findings) or any(
+        "unknown op" in f.message for f in r.findings
+    )
