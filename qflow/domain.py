@@ -50,6 +50,9 @@ class Domain:
     qmin: int = 0
     qmax: int = 0
     axis: int | None = None
+    #: Per-channel parameters qflow could not read (a lifted buffer seen without
+    #: its program): the name of the tensor holding them stands for their value.
+    opaque: str | None = None
 
     @staticmethod
     def quantized(
@@ -93,11 +96,13 @@ class Domain:
         """The same meaning over the dtype's full code range: what a rescale
         that saturates only to the dtype produces."""
         lo, hi = DTYPE_RANGE.get(self.dtype, (self.qmin, self.qmax))
-        return Domain(self.dtype, self.scale, self.zero_point, lo, hi, self.axis)
+        return Domain(self.dtype, self.scale, self.zero_point, lo, hi, self.axis, self.opaque)
 
     def __str__(self) -> str:
         if self.is_float:
             return self.dtype
+        if self.opaque is not None:
+            return f"{self.dtype} per-channel(axis={self.axis}, params {self.opaque}) [{self.qmin},{self.qmax}]"
         if self.per_channel:
             scales = self.scale  # type: ignore[assignment]
             head = ", ".join(_fmt_scale(s) for s in scales[:2])  # type: ignore[index]

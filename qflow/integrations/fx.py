@@ -155,6 +155,9 @@ def qdq_domain(node: fx.Node, consts: _Consts) -> Domain:
         )
     try:
         if per_channel:
+            if isinstance(args[1], fx.Node) and consts.tensor(args[1]) is None:
+                # a transform pass sees lifted buffers without their values
+                return Domain(dtype_name(args[6]), (), (), int(args[4]), int(args[5]), int(args[3]), args[1].name)
             scale = consts.value(args[1], node, "scale")
             zp = consts.value(args[2], node, "zero_point") if args[2] is not None else [0] * len(scale)
             axis, qmin, qmax, dtype = args[3], args[4], args[5], args[6]

@@ -59,7 +59,7 @@ class Encoder:
         return self._dtypes[dtype]
 
     def pc_code(self, d: Domain) -> int:
-        key = Domain(d.dtype, d.scale, d.zero_point, 0, 0, d.axis)
+        key = Domain(d.dtype, d.scale, d.zero_point, 0, 0, d.axis, d.opaque)
         if key not in self._pc:
             self._pc[key] = len(self._pc_domains)
             self._pc_domains.append(key)
@@ -176,7 +176,7 @@ class Encoder:
         qmax = ev(t.qmax).as_long()  # type: ignore[attr-defined]
         if 0 <= pc < len(self._pc_domains):
             base = self._pc_domains[pc]
-            return Domain(dtype, base.scale, base.zero_point, qmin, qmax, base.axis), real
+            return Domain(dtype, base.scale, base.zero_point, qmin, qmax, base.axis, base.opaque), real
         sval = ev(t.s)
         frac = sval.as_fraction() if z3.is_rational_value(sval) else Fraction(0)  # type: ignore[attr-defined]
         return Domain(dtype, float(frac), ev(t.zp).as_long(), qmin, qmax), real  # type: ignore[attr-defined]

@@ -1,0 +1,67 @@
+"""Put qflow in front of ExecuTorch lowering with one line.
+
+    edge = to_edge_transform_and_lower(
+        torch.export.export(converted, inputs),
+        transform_passes=[QflowPass("repair")],   # or QflowPass("check")
+        partitioner=[TOSAPartitioner(spec)],
+    )
+
+`transform_passes` run on the edge program before partitioning, which is
+where a requant must be made explicit for the backend's fold pass to keep it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.fx as fx
+from torch.fx.passes.infra.pass_base import PassBase, PassResult
+
+from qflow.errors import ProofError
+from qflow.report.model import Report
+
+
+class QflowPass(PassBase):
+    """A graph pass: "check" raises ProofError unless every obligation is
+    proved; "repair" inserts the minimal requants in place, re-proves, and
+    raises ProofError if the result still does not prove."""
+
+    def __init__(self, mode: str = "check", objective: str = "count") -> None:
+        super().__init__()
+        if mode not in ("check", "repair"):
+            raise ValueError("mode must be 'check' or 'repair'")
+        self.mode, self.objective = mode, objective
+        self.reports: list[Report] = []
+
+    def call(self, graph_module: fx.GraphModule) -> PassResult:
+        from qflow.api import analyze, domain_graph
+        from qflow.integrations.rewrite import apply_plan
+        from qflow.solvers.repair import plan_repair
+
+        report = analyze(graph_module)
+        self.reports.append(report)
+        if report.proved:
+            return PassResult(graph_module, False)
+        if self.mode == "check":
+            raise ProofError(report)
+        plan = plan_repair(domain_graph(graph_module), self.objective)
+        apply_plan(graph_module, plan)
+        after = analyze(graph_module)
+        self.reports.append(after)
+        if not after.proved:
+            raise ProofError(after)
+        return PassResult(graph_module, not plan.empty)
+
+
+def check_program(program: Any, repair: bool = False) -> Any:
+    """Prove `program` (GraphModule / ExportedProgram / EdgeProgramManager) and
+    return it — repaired (a copy) when `repair` is set — or raise ProofError."""
+    from qflow.api import analyze
+    from qflow.api import repair as repair_program
+
+    if repair:
+        return repair_program(program)
+    report = analyze(program)
+    if not report.proved:
+        raise ProofError(report)
+    return program
