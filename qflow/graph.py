@@ -15,7 +15,7 @@ every conflict shows up as a failed *obligation*, never as a silent "proved".
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
@@ -134,6 +134,24 @@ class DomainGraph:
 
     def __len__(self) -> int:
         return self.g.number_of_nodes()
+
+    def absorb(self, sub: DomainGraph, prefix: str) -> None:
+        """Add another graph's values and obligations (a delegate's partition)
+        under `prefix/`, so one report covers the whole program."""
+
+        def ren(n: str | None) -> str | None:
+            return None if n is None else f"{prefix}/{n}"
+
+        for v in sub.values():
+            d = v.definition
+            nd = replace(d, sources=tuple(f"{prefix}/{s}" for s in d.sources))
+            self.add_value(replace(v, name=f"{prefix}/{v.name}", definition=nd))
+        for a, b, data in sub.g.edges(data=True):
+            self.g.add_edge(f"{prefix}/{a}", f"{prefix}/{b}", **data)
+        for ob in sub.obligations:
+            edge = (f"{prefix}/{ob.edge[0]}", f"{prefix}/{ob.edge[1]}") if ob.edge else None
+            self.oblige(replace(ob, node=ren(ob.node), value=ren(ob.value), other=ren(ob.other), edge=edge))
+        self.notes += [f"{prefix}: {n}" for n in sub.notes]
 
 
 def float_fact() -> Definition:

@@ -32,7 +32,7 @@ from qflow.graph import (
     Value,
     float_fact,
 )
-from qflow.integrations import activations
+from qflow.integrations import activations, delegate
 from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify
 
 FORMS = ("qdq", "folded")
@@ -205,6 +205,7 @@ class FxAdapter:
         self.dg = DomainGraph(form=form)
         self.skipped: set[str] = set()
         self.user_inputs: set[str] | None = None
+        self.delegates: dict[str, tuple[Any, list[delegate.BoundaryOutput]]] = {}
         if ep is not None:
             self.user_inputs = set(ep.graph_signature.user_inputs)
 
@@ -258,7 +259,11 @@ class FxAdapter:
             why = "factory op" if cls is OpClass.CONSTANT else f"{dtype_name(_val_dtype(node))} tensor"
             self._value(node, cls, Definition(DefKind.FREE, reason=f"domain-free {why}"))
             return
-        if cls is OpClass.QUANTIZE:
+        if cls is OpClass.DELEGATE:
+            self._add_delegate_call(node)
+        elif cls is OpClass.PASSTHROUGH and self._delegate_output(node) is not None:
+            self._add_delegate_output(node)
+        elif cls is OpClass.QUANTIZE:
             self._add_quantize(node)
         elif cls is OpClass.DEQUANTIZE:
             self._add_dequantize(node)
@@ -268,6 +273,8 @@ class FxAdapter:
             self._add_qdq_op(node, cls)
 
     def _add_leaf(self, node: fx.Node) -> None:
+        if node.op == "get_attr" and "lowered_module" in str(node.target):
+            return  # the delegate call reads it; it is no tensor
         if node.op == "get_attr" or self.consts.is_constant(node):
             self._value(node, OpClass.CONSTANT, Definition(DefKind.FREE, reason="constant"))
             return
@@ -491,6 +498,62 @@ class FxAdapter:
                 value=node.name,
                 expected=out,
                 finding_kind="unenforced-narrow-range",
+            )
+        )
+
+    # -- delegate boundaries (lowered programs) ------------------------------------
+    def _add_delegate_call(self, node: fx.Node) -> None:
+        lowered = delegate.lowered_module(self.gm, node)
+        if lowered is None:
+            raise InputError("executorch_call_delegate without a lowered module argument", node.name)
+        self.delegates[node.name] = (lowered, delegate.boundary_outputs(lowered))
+        # the partition's own program, as handed to the backend (Q/DQ intact)
+        part = lowered.original_module
+        self.dg.absorb(FxAdapter(part.graph_module, part, "qdq").build(), str(node.args[0].name))
+        self._value(node, OpClass.DELEGATE, Definition(DefKind.FREE, reason="delegate call (a tuple)"))
+        for i, j, a in _tensor_args(node):
+            if a.name in self.dg.g:
+                self.dg.add_use(a.name, node.name, _label(i, j))
+
+    def _delegate_output(self, node: fx.Node) -> tuple[str, delegate.BoundaryOutput] | None:
+        src = node.args[0] if node.args else None
+        if base_name(target_name(node)) != "getitem" or not isinstance(src, fx.Node) or src.name not in self.delegates:
+            return None
+        idx = node.args[1]
+        outs = self.delegates[src.name][1]
+        if not isinstance(idx, int) or not 0 <= idx < len(outs):
+            raise InputError(f"getitem index {idx!r} is not an output of {src.name}", node.name)
+        return src.name, outs[idx]
+
+    def _add_delegate_output(self, node: fx.Node) -> None:
+        found = self._delegate_output(node)
+        assert found is not None
+        call, out = found
+        if out.domain is None:
+            d = Definition(DefKind.FREE, blocking=True, reason=f"{call} output {out.index} has no recorded domain")
+        else:
+            d = Definition(DefKind.FACT, out.domain, real=out.real)
+        self._value(node, OpClass.DELEGATE, d)
+        self.dg.add_use(call, node.name, f"output {out.index}")
+        dt = _val_dtype(node)
+        declared = dtype_name(dt) if dt is not None else out.dtype
+        produced = out.produced_dtype
+        holds = declared == produced or {declared, produced} <= {"int8", "uint8"}
+        where = "the backend artifact" if out.backend_dtype else "the partition program"
+        self.dg.oblige(
+            Obligation(
+                kind=ObligationKind.STRUCTURAL,
+                node=node.name,
+                value=node.name,
+                edge=(call, node.name),
+                finding_kind="delegate-dtype-mismatch",
+                holds=holds,
+                detail=(
+                    f"delegate {call} output {out.index} (partition node {out.partition_node}): {where} "
+                    f"produces {produced}, but the parent graph declares {declared} (meta['val']). "
+                    f"Byte-size factor {delegate.byte_factor(declared, produced):g}: the runtime allocates "
+                    "the wrong buffer size, or float consumers read integer codes as floats."
+                ),
             )
         )
 

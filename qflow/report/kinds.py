@@ -83,6 +83,19 @@ KINDS: dict[str, Kind] = {
             "Keep the activation as a clamp, or requantize as for non-fuseable-activation.",
         ),
         Kind(
+            "delegate-dtype-mismatch",
+            "error",
+            "a delegate output's dtype differs between the partition and the parent graph",
+            "A delegate boundary is a dtype edge: the dtype the backend writes must equal the dtype the "
+            "parent graph declares for that executorch_call_delegate output. ExecuTorch copies the parent's "
+            "meta['val'] from the partition's edge outputs before the backend runs; when a fold pass moves "
+            "a dequantize into the partition (a partition ending in view/permute), the backend writes int8 "
+            "while the parent still says float32 (seed 002): the runtime rejects the program, or float "
+            "consumers read int8 codes as floats.",
+            "Make the boundary tell the truth: the delegate output is the integer dtype and a CPU "
+            "dequantize with the partition's output qparams restores the float view.",
+        ),
+        Kind(
             "unknown-op",
             "warning",
             "an op qflow does not know stands in the way of a proof",
