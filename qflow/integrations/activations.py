@@ -77,7 +77,7 @@ def would_fuse(name: str, d: Domain, lo: float | None, hi: float | None) -> bool
     return False
 
 
-def check(node: fx.Node, q: Domain, dg: DomainGraph) -> None:
+def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str) -> None:
     """Add the fuseability obligation for activation `node` feeding a quantize in `q`."""
     from qflow.integrations.fx import target_name
 
@@ -115,6 +115,7 @@ def check(node: fx.Node, q: Domain, dg: DomainGraph) -> None:
             value=node.name,
             expected=q,
             finding_kind="non-fuseable-activation",
+            edge=(node.name, q_name),
             holds=not fused,
             detail=detail,
         )

@@ -338,7 +338,7 @@ class FxAdapter:
         # the identity (the fold pass leaves such Q nodes at partition outputs).
         self._use(x, node, "args[0]", d, None, allow_real=True)
         if self.form == "qdq" and len(x.users) == 1 and base_name(target_name(node)) == "quantize_per_tensor":
-            activations.check(x, d, self.dg)
+            activations.check(x, d, self.dg, node.name)
         xv = self.dg.value(x.name) if x.name in self.dg.g else None
         # (an activation may pair with a rescale: a clamp then a requant is a
         # legal lowering, and backends that cannot do it leave it on the CPU)

@@ -98,6 +98,23 @@ def _reclaim(node: fx.Node, d: Domain) -> None:
     node.meta["output_qparams"] = oq
 
 
+def _own_activation_domain(gm: fx.GraphModule, ops: dict[str, Any], q: fx.Node, old: Domain, own: Domain) -> None:
+    """activation → Q(old) becomes activation → Q(own) → DQ(own) → Q(old): the
+    activation fuses exactly, and the dq→q pair lowers to a RESCALE."""
+    users = list(q.users)
+    q.args = (q.args[0], *_qargs(own, q.name))
+    with gm.graph.inserting_after(q):
+        dq = gm.graph.call_function(ops[("dq", False)], (q, *_qargs(own, q.name)))
+    with gm.graph.inserting_after(dq):
+        rq = gm.graph.call_function(ops[("q", False)], (dq, *_qargs(old, q.name)))
+    _set_val(dq, q, torch.float32)
+    _set_val(rq, q, _TORCH_DTYPES.get(old.dtype, torch.int8))
+    for n in (dq, rq):
+        n.meta["qflow_requant"] = f"own domain for the activation before {q.name}: {own} → {old}"
+    for u in users:
+        u.replace_input_with(q, rq)
+
+
 def apply_plan(gm: fx.GraphModule, plan: Plan) -> None:
     """Rewrite `gm` in place (callers pass a copy)."""
     if plan.empty:
@@ -108,5 +125,7 @@ def apply_plan(gm: fx.GraphModule, plan: Plan) -> None:
         _insert(gm, ops, rq, nodes)
     for name, d in plan.reclaims.items():
         _reclaim(nodes[name], d)
+    for name, (old, own) in plan.activation_domains.items():
+        _own_activation_domain(gm, ops, nodes[name], old, own)
     gm.graph.lint()
     gm.recompile()

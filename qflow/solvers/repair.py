@@ -45,13 +45,17 @@ class Plan:
     requants: list[Requant] = field(default_factory=list)
     #: Pass-through ops whose claimed output domain must become their physical one.
     reclaims: dict[str, Domain] = field(default_factory=dict)
+    #: Quantize nodes after a non-fuseable activation: (old domain, own domain
+    #: with zero point == qmin). The rewrite gives the activation the new domain
+    #: and requantizes into the old one right after it.
+    activation_domains: dict[str, tuple[Domain, Domain]] = field(default_factory=dict)
     #: Obligations no requant can discharge (unknown ops, missing facts).
     unrepairable: list[Obligation] = field(default_factory=list)
     objective: str = "count"
 
     @property
     def empty(self) -> bool:
-        return not self.requants and not self.reclaims
+        return not self.requants and not self.reclaims and not self.activation_domains
 
 
 def _blocked(dg: DomainGraph, name: str) -> bool:
@@ -119,6 +123,10 @@ class Planner:
         obs: list[Obligation] = []
         for ob in self.dg.obligations:
             if ob.kind is ObligationKind.STRUCTURAL:
+                if ob.finding_kind == "non-fuseable-activation" and not ob.holds and ob.edge and ob.expected:
+                    plan.activation_domains[ob.edge[1]] = (ob.expected, fuseable_domain(ob.expected))
+                elif not ob.holds:
+                    plan.unrepairable.append(ob)
                 continue
             deps = [ob.value] + ([ob.other] if ob.other else [])
             if any(_blocked(self.dg, d) for d in deps):
@@ -209,6 +217,13 @@ class Planner:
             phys, _ = self.enc.read(model, self.enc.var(n))
             if phys != claim:
                 plan.reclaims[n] = phys
+
+
+def fuseable_domain(d: Domain) -> Domain:
+    """`d` with its zero point moved to qmin: same scale, so it covers all of
+    `d`'s non-negative values, fusion into it is exact, and the requant back to
+    `d` is an integer shift with no second rounding."""
+    return Domain.quantized(d.dtype, d.scale, d.qmin, d.qmin, d.qmax)
 
 
 def plan_repair(dg: DomainGraph, objective: str = "count") -> Plan:
