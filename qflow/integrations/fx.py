@@ -203,11 +203,7 @@ class FxAdapter:
         self.gm, self.ep, self.form = gm, ep, form
         self.consts = _Consts(gm, ep)
         self.dg = DomainGraph(form=form)
-        self.skipped: set[str] = set()
-        self.user_inputs: set[str] | None = None
         self.delegates: dict[str, tuple[Any, list[delegate.BoundaryOutput]]] = {}
-        if ep is not None:
-            self.user_inputs = set(ep.graph_signature.user_inputs)
 
     # -- classification ---------------------------------------------------------
     def _op_class(self, node: fx.Node) -> OpClass:
@@ -226,8 +222,7 @@ class FxAdapter:
             if node.op == "output":
                 continue
             if node.op == "call_module" and not node.users:
-                self.skipped.add(node.name)  # torch.export's _guards_fn and similar
-                continue
+                continue  # torch.export's _guards_fn and similar
             self._add(node)
         self._settle_inputs()
         return self.dg

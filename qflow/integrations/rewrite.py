@@ -42,12 +42,7 @@ def _qdq_ops(gm: fx.GraphModule) -> dict[str, Any]:
         import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401  (registers quantized_decomposed)
 
         ns = torch.ops.quantized_decomposed
-    return {
-        ("q", False): ns.quantize_per_tensor.default,
-        ("dq", False): ns.dequantize_per_tensor.default,
-        ("q", True): ns.quantize_per_channel.default,
-        ("dq", True): ns.dequantize_per_channel.default,
-    }
+    return {"q": ns.quantize_per_tensor.default, "dq": ns.dequantize_per_tensor.default}
 
 
 def _qargs(d: Domain, where: str) -> tuple[Any, ...]:
@@ -82,7 +77,7 @@ def _insert(gm: fx.GraphModule, ops: dict[str, Any], rq: Requant, nodes: dict[st
     with gm.graph.inserting_before(consumer):
         cur = producer
         for kind, dom in chain:
-            new = gm.graph.call_function(ops[(kind, False)], (cur, *_qargs(dom, consumer.name)))
+            new = gm.graph.call_function(ops[kind], (cur, *_qargs(dom, consumer.name)))
             dtype = torch.float32 if kind == "dq" else _TORCH_DTYPES.get(dom.dtype, torch.int8)
             _set_val(new, producer, dtype)
             new.meta["qflow_requant"] = str(rq)
@@ -104,9 +99,9 @@ def _own_activation_domain(gm: fx.GraphModule, ops: dict[str, Any], q: fx.Node, 
     users = list(q.users)
     q.args = (q.args[0], *_qargs(own, q.name))
     with gm.graph.inserting_after(q):
-        dq = gm.graph.call_function(ops[("dq", False)], (q, *_qargs(own, q.name)))
+        dq = gm.graph.call_function(ops["dq"], (q, *_qargs(own, q.name)))
     with gm.graph.inserting_after(dq):
-        rq = gm.graph.call_function(ops[("q", False)], (dq, *_qargs(old, q.name)))
+        rq = gm.graph.call_function(ops["q"], (dq, *_qargs(old, q.name)))
     _set_val(dq, q, torch.float32)
     _set_val(rq, q, _TORCH_DTYPES.get(old.dtype, torch.int8))
     for n in (dq, rq):

@@ -19,7 +19,7 @@ import z3
 from qflow.domain import Domain
 from qflow.graph import DefKind, DomainGraph, Obligation, ObligationKind
 from qflow.ops import OpClass
-from qflow.solvers.encode import Encoder, Terms
+from qflow.solvers.encode import Encoder
 from qflow.solvers.prove import _UnionFind, obligation_formula
 
 _ITEMSIZE = {"int4": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4}
@@ -235,8 +235,6 @@ def brute_force_size(dg: DomainGraph) -> int | None:
     """The smallest number of requants, by enumerating edge subsets (tests only:
     exponential, for graphs with a handful of candidate edges)."""
     p = Planner(dg)
-    full = p.plan()  # builds the same constraints; we re-solve with fixed subsets
-    del full
     obs = [o for o in dg.obligations if o.kind in (ObligationKind.USE, ObligationKind.NO_FOLD_CHANGE)]
     ids = p._identity_values()
     edges = p._region_edges(ids, obs)
@@ -259,4 +257,4 @@ def brute_force_size(dg: DomainGraph) -> int | None:
     return None
 
 
-__all__ = ["Plan", "Requant", "Terms", "brute_force_size", "plan_repair"]
+__all__ = ["Plan", "Requant", "brute_force_size", "fuseable_domain", "plan_repair"]
