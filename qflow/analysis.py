@@ -77,6 +77,12 @@ def _describe(dg: DomainGraph, r: Result) -> tuple[str, str]:
             f"{prod} → {exp}. It must not be folded into {ob.node}; a fold pass that does "
             "(ExecuTorch Arm FoldAndAnnotateQParamsPass ≤ 1.5.1) miscompiles it."
         )
+    if ob.kind is ObligationKind.SAME_AS_FIRST and dg.form == "annotated":
+        return ob.finding_kind, (
+            f"before calibration, the input edge {ob.value} of {ob.node} (a pass-through op) and its output "
+            f"are not forced into one domain: z3 finds calibration outcomes where they differ, e.g. {prod} "
+            f"vs {exp}. Nothing between them can convert the codes."
+        )
     if ob.kind is ObligationKind.SAME_AS_FIRST:
         return ob.finding_kind, (
             f"{ob.node} copies its inputs into one tensor, but input {ob.value} is in {prod} "
@@ -109,10 +115,11 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
     findings: dict[tuple[str, str], Finding] = {}
     for r in results:
         counts[r.status.value] += 1
-        if r.status is Status.PROVED:
+        if r.status is Status.PROVED and not r.obligation.inform:
             continue
         k, msg = _describe(dg, r)
         spec = kind(k)
+        severity = "info" if r.status is Status.PROVED else (r.obligation.severity or spec.severity)
         key = (k, r.obligation.node)
         if key in findings:
             continue
@@ -120,7 +127,7 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
         findings[key] = Finding(
             kind=k,
             node=r.obligation.node,
-            severity=spec.severity,
+            severity=severity,
             message=msg,
             status=r.status.value,
             produced=_side(r.produced),

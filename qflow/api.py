@@ -19,7 +19,15 @@ def domain_graph(obj: Any, form: str | None = None) -> DomainGraph:
     from qflow.integrations.load import graph_module_of
 
     gm, ep = graph_module_of(obj)
+    from qflow.integrations import annotated
+
+    if form == "annotated" or (form is None and annotated.is_annotated(gm) and not _has_qdq(gm)):
+        return annotated.build(gm)
     return build(gm, ep, form)
+
+
+def _has_qdq(gm: Any) -> bool:
+    return any("quantize_per_" in str(n.target) for n in gm.graph.nodes if n.op == "call_function")
 
 
 def analyze(obj: Any, form: str | None = None, name: str = "") -> Report:

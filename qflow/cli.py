@@ -1,7 +1,9 @@
 """The `qflow` command.
 
-Exit codes (a contract for CI): 0 every program proved, 1 some obligation
-violated or unproven, 2 bad input (unreadable file, malformed graph).
+Exit codes (a contract for CI): 0 every program proved (or nothing at the
+--fail-on level), 1 a finding at the --fail-on level (by default: some
+obligation violated or unproven), 2 bad input (unreadable file, malformed
+graph, unwritable output).
 """
 
 from __future__ import annotations
@@ -9,18 +11,68 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from qflow.errors import QflowError
+from qflow.errors import ProofError, QflowError
+from qflow.report.junit import render_junit
 from qflow.report.kinds import KINDS
+from qflow.report.markdown import render_markdown
+from qflow.report.model import Report
+from qflow.report.sarif import render_sarif
 
 EXIT_PROVED, EXIT_NOT_PROVED, EXIT_BAD_INPUT = 0, 1, 2
+FORMATS = ("text", "json", "markdown", "sarif", "junit")
+FAIL_ON = ("error", "warning", "never")
 
 
 def bundled_examples() -> list[Path]:
     """The .pt2 programs shipped with qflow (seed 000's graph and a clean control)."""
     here = Path(__file__).parent / "examples"
     return sorted(here.glob("*.pt2"))
+
+
+def fails(report: Report, fail_on: str) -> bool:
+    """Whether `report` fails CI at the --fail-on level.
+
+    error: an error finding or a violated obligation. warning: also a warning
+    finding or an unproven obligation, i.e. anything short of a proof (the
+    default, so the exit code says "not proved"). never: nothing.
+    """
+    if fail_on == "never":
+        return False
+    violated = report.obligations.get("violated", 0) > 0
+    if fail_on == "error":
+        return violated or any(f.severity == "error" for f in report.findings)
+    if fail_on == "warning":
+        return not report.proved or any(f.severity in ("error", "warning") for f in report.findings)
+    raise ValueError(f"fail_on must be one of {FAIL_ON}, not {fail_on!r}")
+
+
+def render(reports: list[Report], fmt: str, artifacts: dict[str, str] | None = None) -> str:
+    """The text of `reports` in one of FORMATS (`artifacts`: report name → program file, for SARIF)."""
+    if fmt == "text":
+        return "\n\n".join(str(r) for r in reports) + "\n"
+    if fmt == "json":
+        out = [r.to_json() for r in reports]
+        return json.dumps(out[0] if len(out) == 1 else out, indent=2) + "\n"
+    if fmt == "markdown":
+        return render_markdown(reports)
+    if fmt == "sarif":
+        return json.dumps(render_sarif(reports, artifacts=artifacts), indent=2) + "\n"
+    if fmt == "junit":
+        return render_junit(reports)
+    raise ValueError(f"format must be one of {FORMATS}, not {fmt!r}")
+
+
+def summary(reports: list[Report]) -> str:
+    """One line for stderr when the report itself goes to a file."""
+    bad = [r for r in reports if not r.proved]
+    sev = [f.severity for r in reports for f in r.findings]
+    counts = ", ".join(f"{sev.count(s)} {s}" for s in ("error", "warning", "info") if s in sev) or "no findings"
+    verdict = f"{len(bad)} not proved" if bad else "all proved"
+    return f"qflow: {len(reports)} program(s) checked, {verdict} ({counts})"
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -30,25 +82,32 @@ def _check(args: argparse.Namespace) -> int:
     if not paths:
         print("qflow: no program given and no bundled example found", file=sys.stderr)
         return EXIT_BAD_INPUT
-    reports = []
-    for p in paths:
+    reports: list[Report] = []
+    artifacts: dict[str, str] = {}
+    for i, p in enumerate(paths, 1):
+        if len(paths) > 1:
+            print(f"[{i}/{len(paths)}] {p.name}", file=sys.stderr, flush=True)
         try:
-            if args.arm:
-                reports += _arm_partitions(p, args.arm)
-            else:
-                reports.append(analyze(p, form=args.form, name=p.name))
+            new = _arm_partitions(p, args.arm) if args.arm else [analyze(p, form=args.form, name=p.name)]
         except QflowError as e:
             print(f"qflow: {p}: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT
-    if args.format == "json":
-        out = [r.to_json() for r in reports]
-        print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
+        reports += new
+        artifacts.update({r.name: str(p) for r in new})
+    text = render(reports, args.format, artifacts)
+    if args.output:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as e:
+            print(f"qflow: cannot write {args.output}: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print(f"{summary(reports)}; {args.format} report written to {args.output}", file=sys.stderr)
     else:
-        print("\n\n".join(str(r) for r in reports))
-    return EXIT_PROVED if all(r.proved for r in reports) else EXIT_NOT_PROVED
+        sys.stdout.write(text)
+    return EXIT_NOT_PROVED if any(fails(r, args.fail_on) for r in reports) else EXIT_PROVED
 
 
-def _arm_partitions(path: Path, spec: str) -> list:
+def _arm_partitions(path: Path, spec: str) -> list[Report]:
     """Lower with the real Arm TOSA partitioner and prove each partition as the
     backend sees it right after its fold pass."""
     from qflow.api import analyze
@@ -61,6 +120,43 @@ def _arm_partitions(path: Path, spec: str) -> list:
     return [analyze(part, name=f"{path.name} partition {i} ({spec})") for i, part in enumerate(partitions)]
 
 
+def _repair(args: argparse.Namespace) -> int:
+    import torch
+
+    from qflow.api import analyze, plan, repair
+    from qflow.integrations.load import load_program
+
+    src, dst = Path(args.input), Path(args.output)
+    try:
+        ep = load_program(src)
+        before = analyze(ep, form=args.form, name=src.name)
+        p = plan(ep, form=before.form, objective=args.objective) if not before.proved else None
+        fixed = repair(ep, form=before.form, objective=args.objective) if p is not None else ep
+        after = analyze(fixed, form=before.form, name=dst.name)
+    except ProofError as e:
+        print(f"qflow: {src}: cannot repair: the repaired graph does not prove\n{e.report}", file=sys.stderr)
+        return EXIT_NOT_PROVED
+    except QflowError as e:
+        print(f"qflow: {src}: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not after.proved:  # nothing a requant can fix (unknown ops, missing facts)
+        print(f"qflow: {src}: cannot repair: no requant discharges these\n{after}", file=sys.stderr)
+        return EXIT_NOT_PROVED
+    try:
+        torch.export.save(fixed, dst)
+    except OSError as e:
+        print(f"qflow: cannot write {dst}: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    what = (
+        "already proved, saved unchanged"
+        if p is None
+        else f"{len(p.requants)} requant(s) inserted, {len(p.reclaims)} claim(s) corrected"
+    )
+    ob = after.obligations
+    print(f"qflow: {src} → {dst}: {what}; PROVED ({ob.get('proved', 0)} obligations)")
+    return EXIT_PROVED
+
+
 def _explain(args: argparse.Namespace) -> int:
     k = KINDS.get(args.kind)
     if k is None:
@@ -70,19 +166,58 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_form(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--form",
+        choices=("qdq", "folded"),
+        default=None,
+        help="read the graph as this IR form instead of the detected one: qdq (convert_pt2e "
+        "quantize/dequantize graph) or folded (Arm input_qparams/output_qparams after the fold pass)",
+    )
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="qflow", description=__doc__.split("\n")[0] if __doc__ else None)
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(
+        prog="qflow",
+        description="Prove that every consumer in a quantized PyTorch / ExecuTorch graph sees the "
+        "quantization domain it declares, and repair the graph when it does not.",
+        epilog="Exit codes: 0 proved, 1 not proved (see `qflow check --fail-on`), 2 bad input.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     c = sub.add_parser(
         "check",
         help="prove the quantization domains of saved programs",
         description="Prove every consumer sees the quantization domain it declares. With no PATH, "
         "checks the bundled examples (seed 000's miscompiled cat and a clean control). "
-        "Exit 0 proved, 1 violated or unproven, 2 bad input.",
+        "Progress goes to stderr when several programs are checked.",
+        epilog="Exit codes: 0 nothing at the --fail-on level (by default: every program proved), "
+        "1 a finding at the --fail-on level, 2 bad input (unreadable or malformed program, unwritable "
+        "--output).",
     )
-    c.add_argument("paths", nargs="*", metavar="PATH", help="a torch.export.save'd program (.pt2)")
-    c.add_argument("--format", choices=("text", "json"), default="text", help="report format (default text)")
-    c.add_argument("--form", choices=("qdq", "folded"), default=None, help="override the detected IR form")
+    c.add_argument("paths", nargs="*", metavar="PATH", help="a torch.export.save'd program (.pt2); several allowed")
+    c.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="report format: text (terminal), json (qflow.report/1; a list for several programs), "
+        "markdown (a PR-comment / job-summary table), sarif (SARIF 2.1.0, for GitHub code scanning), "
+        "junit (JUnit XML, for CI test-report views); default text",
+    )
+    c.add_argument(
+        "--output",
+        "-o",
+        metavar="FILE",
+        help="write the report to FILE instead of stdout, and print a one-line summary to stderr",
+    )
+    c.add_argument(
+        "--fail-on",
+        choices=FAIL_ON,
+        default="warning",
+        help="the least severe finding that makes the exit code 1: error (an error finding or a violated "
+        "obligation), warning (also a warning finding or an unproven obligation: exit 1 iff not proved), "
+        "never (exit 0 unless the input is bad); default warning",
+    )
+    _add_form(c)
     c.add_argument(
         "--arm",
         metavar="TOSA_SPEC",
@@ -90,15 +225,39 @@ def parser() -> argparse.ArgumentParser:
         "each partition as the backend sees it after FoldAndAnnotateQParamsPass",
     )
     c.set_defaults(func=_check)
-    e = sub.add_parser("explain", help="what a finding kind means and how to fix it")
+    r = sub.add_parser(
+        "repair",
+        help="insert the minimal set of requants and save the repaired program",
+        description="Load IN, insert the minimal set of requantize nodes (z3 Optimize), prove the result "
+        "and save it to OUT with torch.export.save. A program that already proves is saved unchanged.",
+        epilog="Exit codes: 0 OUT written and proved, 1 unrepairable (no requant makes it prove: unknown "
+        "ops, missing facts; nothing written), 2 bad input or unwritable OUT.",
+    )
+    r.add_argument("input", metavar="IN.pt2", help="a torch.export.save'd program")
+    r.add_argument("output", metavar="OUT.pt2", help="where to save the repaired program")
+    r.add_argument(
+        "--objective",
+        choices=("count", "bytes"),
+        default="count",
+        help="minimise the number of requants (count, default) or the bytes they move (bytes)",
+    )
+    _add_form(r)
+    r.set_defaults(func=_repair)
+    e = sub.add_parser(
+        "explain",
+        help="what a finding kind means and how to fix it",
+        description="Print the explanation and the fix of a finding kind. Exit 2 for an unknown kind.",
+    )
     e.add_argument("kind", help=f"one of: {', '.join(sorted(KINDS))}")
     e.set_defaults(func=_explain)
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (argparse exits 2 itself on bad usage)."""
     args = parser().parse_args(argv)
-    return int(args.func(args))
+    func: Callable[[argparse.Namespace], Any] = args.func
+    return int(func(args))
 
 
 if __name__ == "__main__":

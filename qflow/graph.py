@@ -101,6 +101,8 @@ class Obligation:
     finding_kind: str = "domain-mismatch"
     #: STRUCTURAL obligations are decided by the rule that made them.
     holds: bool | None = None
+    inform: bool = False  # report an info finding even though it holds
+    severity: str | None = None  # overrides the kind's default severity
     detail: str = ""
 
 

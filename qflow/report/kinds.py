@@ -96,6 +96,16 @@ KINDS: dict[str, Kind] = {
             "dequantize with the partition's output qparams restores the float view.",
         ),
         Kind(
+            "annotated-factory-op",
+            "error",
+            "a constant/factory op is annotated for quantization",
+            "Constant and factory producers (full, zeros, ones, scalar_tensor, …) are domain-free: the "
+            "consumer decides their domain. Annotating one whose node has kwargs makes torchao < 0.16's "
+            "prepare_pt2e assert 'expecting kwargs for aten op IR to be empty' (seed 003); newer torchao "
+            "accepts it (reported as info).",
+            "Do not annotate factory ops; let annotated consumers (cat, conv) and IO annotations place the observers.",
+        ),
+        Kind(
             "unknown-op",
             "warning",
             "an op qflow does not know stands in the way of a proof",

@@ -1,0 +1,236 @@
+"""Adapter: the annotated form (after `quantizer.annotate`, before `prepare_pt2e`).
+
+Scales and zero points do not exist yet. Each observer group (torchao unions
+an edge with its producer when the qspecs are equal, and every
+SharedQuantizationSpec with its target) becomes one symbolic domain in z3 —
+dtype and range known, scale and zero point free; fixed-qparams specs are
+concrete. An obligation is then proved for *every* calibration outcome, or z3
+names one where it fails.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from qflow.domain import Domain
+from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Symbolic, Value
+from qflow.integrations.fx import dtype_name, target_name
+from qflow.ops import OpClass, base_name, classify
+from qflow.solvers.prove import _UnionFind
+
+KEY = "quantization_annotation"
+_SYMMETRIC = {torch.per_tensor_symmetric, torch.per_channel_symmetric}
+_RELU_LIKE = {"relu", "relu_", "relu6", "hardtanh", "hardtanh_"}
+_FUSED_PRODUCERS = {"conv1d", "conv2d", "conv3d", "linear"}
+
+
+def is_annotated(gm: fx.GraphModule) -> bool:
+    return any(KEY in n.meta for n in gm.graph.nodes)
+
+
+def _fixed(qs: Any) -> Domain | None:
+    """Concrete qparams of a fixed spec (FixedQParamsQuantizationSpec, or a
+    QuantizationSpec whose observer is a FixedQParamsObserver)."""
+    scale = getattr(qs, "scale", None)
+    zp = getattr(qs, "zero_point", None)
+    if scale is None:
+        ctor = getattr(qs, "observer_or_fake_quant_ctr", None)
+        kw = getattr(getattr(ctor, "p", None), "keywords", {}) or {}
+        scale, zp = kw.get("scale"), kw.get("zero_point")
+    if scale is None or zp is None:
+        return None
+    lo, hi = _range(qs)
+    return Domain.quantized(dtype_name(qs.dtype), float(scale), int(zp), lo, hi)
+
+
+def _range(qs: Any) -> tuple[int, int]:
+    info = torch.iinfo(qs.dtype) if not qs.dtype.is_floating_point else None
+    lo = qs.quant_min if getattr(qs, "quant_min", None) is not None else (info.min if info else 0)
+    hi = qs.quant_max if getattr(qs, "quant_max", None) is not None else (info.max if info else 0)
+    return int(lo), int(hi)
+
+
+class AnnotatedAdapter:
+    def __init__(self, gm: fx.GraphModule) -> None:
+        self.gm = gm
+        self.dg = DomainGraph(form="annotated")
+        self.uf = _UnionFind()
+        self.spec: dict[tuple[str, ...], Any] = {}
+
+    @staticmethod
+    def out_key(n: fx.Node) -> tuple[str, ...]:
+        return ("out", n.name)
+
+    @staticmethod
+    def in_key(consumer: fx.Node, producer: fx.Node) -> tuple[str, ...]:
+        return ("in", consumer.name, producer.name)
+
+    def _ref_key(self, target: Any) -> tuple[str, ...]:
+        if isinstance(target, tuple):  # an edge (producer, consumer)
+            return self.in_key(target[1], target[0])
+        return self.out_key(target)
+
+    def _register(self, key: tuple[str, ...], qs: Any) -> None:
+        kind = type(qs).__name__
+        if kind == "DerivedQuantizationSpec":
+            return  # bias: derived from other scales, not an activation domain
+        self.uf.find("|".join(key))
+        if kind == "SharedQuantizationSpec":
+            self.uf.union("|".join(key), "|".join(self._ref_key(qs.edge_or_node)))
+        else:
+            self.spec[key] = qs
+
+    def build(self) -> DomainGraph:
+        anns = {n: n.meta[KEY] for n in self.gm.graph.nodes if KEY in n.meta}
+        for n, a in anns.items():
+            for p, qs in a.input_qspec_map.items():
+                if qs is not None:
+                    self._register(self.in_key(n, p), qs)
+            if a.output_qspec is not None:
+                self._register(self.out_key(n), a.output_qspec)
+        # implicit sharing: an input edge whose qspec equals its producer's output qspec
+        for n, a in anns.items():
+            for p in a.input_qspec_map:
+                ik, ok = self.in_key(n, p), self.out_key(p)
+                if a.allow_implicit_sharing and ik in self.spec and ok in self.spec and self.spec[ik] == self.spec[ok]:
+                    self.uf.union("|".join(ik), "|".join(ok))
+        self._values()
+        for n, a in anns.items():
+            self._obligations(n, a)
+        return self.dg
+
+    def _definition(self, key: tuple[str, ...]) -> Definition:
+        group = self.uf.find("|".join(key))
+        members = [k for k in self.spec if self.uf.find("|".join(k)) == group]
+        for k in members:
+            d = _fixed(self.spec[k])
+            if d is not None:
+                return Definition(DefKind.FACT, d)
+        qs = self.spec[members[0]] if members else None
+        if qs is None:
+            return Definition(DefKind.FREE, reason="shared with an unannotated tensor")
+        lo, hi = _range(qs)
+        sym = Symbolic(group, dtype_name(qs.dtype), lo, hi, symmetric=qs.qscheme in _SYMMETRIC)
+        return Definition(DefKind.SYMBOLIC, symbolic=sym)
+
+    def _values(self) -> None:
+        for key_str in list(self.uf.parent):
+            key = tuple(key_str.split("|"))
+            name = key[1] if key[0] == "out" else f"{key[2]}->{key[1]}"
+            node = next((n for n in self.gm.graph.nodes if n.name == key[1]), None)
+            target = target_name(node) if node is not None and node.op == "call_function" else "value"
+            self.dg.add_value(Value(name, target, classify(target), self._definition(key)))
+
+    def _obligations(self, n: fx.Node, a: Any) -> None:
+        cls = classify(target_name(n)) if n.op == "call_function" else OpClass.UNKNOWN
+        out = n.name if self.out_key(n) in self._keys() else None
+        if cls is OpClass.PASSTHROUGH and out is not None:
+            for p in a.input_qspec_map:
+                edge_value = f"{p.name}->{n.name}"
+                if edge_value in self.dg.g:
+                    self.dg.add_use(edge_value, n.name, p.name)
+                    self.dg.oblige(
+                        Obligation(
+                            ObligationKind.SAME_AS_FIRST,
+                            node=n.name,
+                            value=edge_value,
+                            other=n.name,
+                            edge=(p.name, n.name),
+                            arg=p.name,
+                            finding_kind="passthrough-domain-change",
+                        )
+                    )
+        if cls is OpClass.CONSTANT and out is not None and n.kwargs:
+            self._factory(n)
+        if base_name(target_name(n)) in _RELU_LIKE and out is not None:
+            self._shared_activation(n)
+
+    def _keys(self) -> set[tuple[str, ...]]:
+        return {tuple(k.split("|")) for k in self.uf.parent}
+
+    def _factory(self, n: fx.Node) -> None:
+        """Seed 003: torchao < 0.16 asserts on an annotated op with kwargs."""
+        fails = not prepare_accepts_kwargs()
+        self.dg.oblige(
+            Obligation(
+                ObligationKind.STRUCTURAL,
+                node=n.name,
+                value=n.name,
+                finding_kind="annotated-factory-op",
+                holds=not fails,
+                inform=not fails,
+                detail=(
+                    f"{n.name} ({target_name(n)}) is a constant/factory op with kwargs {dict(n.kwargs)} but carries "
+                    "an output qspec. "
+                    + (
+                        "The installed torchao's prepare_pt2e asserts 'expecting kwargs for aten op IR to be empty'."
+                        if fails
+                        else "The installed torchao accepts it (its prepare skips non-tensor kwargs); "
+                        "torchao < 0.16 asserts. Factory outputs are domain-free: let the consumer decide."
+                    )
+                ),
+            )
+        )
+
+    def _shared_activation(self, n: fx.Node) -> None:
+        """A fused conv/linear → relu pattern needs zp == qmin; sharing the relu's
+        observer with a tensor that can be negative makes zp > qmin likely."""
+        prod = n.args[0] if n.args else None
+        if not isinstance(prod, fx.Node) or base_name(target_name(prod)) not in _FUSED_PRODUCERS:
+            return
+        group = self.uf.find("|".join(self.out_key(n)))
+        others = sorted(
+            k.split("|")[-1]
+            for k in self.uf.parent
+            if self.uf.find(k) == group and k.split("|")[-1] not in (n.name,) and k.startswith("out|")
+        )
+        nodes = {x.name: x for x in self.gm.graph.nodes}
+        signed = [o for o in others if o in nodes and not _non_negative(nodes[o])]
+        if not signed:
+            return
+        self.dg.oblige(
+            Obligation(
+                ObligationKind.STRUCTURAL,
+                node=n.name,
+                value=n.name,
+                finding_kind="non-fuseable-activation",
+                holds=False,
+                severity="warning",
+                detail=(
+                    f"{n.name} is fused into {prod.name} (zero point must equal qmin), but its observer is shared "
+                    f"with {', '.join(signed)}, which can be negative: calibration will put zp above qmin, and "
+                    "the installed ExecuTorch then fuses it anyway by narrowing qmin (values below 0 leak)."
+                ),
+            )
+        )
+
+
+def _non_negative(n: fx.Node) -> bool:
+    """A relu-like output, or a pass-through op of only such tensors."""
+    if n.op != "call_function":
+        return False
+    name = target_name(n)
+    if base_name(name) in _RELU_LIKE:
+        return True
+    if classify(name) is not OpClass.PASSTHROUGH:
+        return False
+    srcs = [a for a in n.all_input_nodes if a.op != "get_attr"]
+    return bool(srcs) and all(_non_negative(a) for a in srcs)
+
+
+def prepare_accepts_kwargs() -> bool:
+    """torchao ≥ 0.16 prepares annotated ops with non-tensor kwargs."""
+    try:
+        from importlib.metadata import version
+
+        major, minor = (int(x) for x in version("torchao").split(".")[:2])
+    except Exception:
+        return False
+    return (major, minor) >= (0, 16)
+
+
+def build(gm: fx.GraphModule) -> DomainGraph:
+    return AnnotatedAdapter(gm).build()
