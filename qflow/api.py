@@ -36,7 +36,7 @@ def analyze(obj: Any, form: str | None = None, name: str = "") -> Report:
     `obj` is a torch.fx.GraphModule (PT2E Q/DQ, or Arm-folded), a
     torch.export.ExportedProgram, an ExecuTorch EdgeProgramManager, a path to
     a .pt2 file, or a DomainGraph. `form` overrides the detected IR form
-    ("qdq" or "folded").
+    ("annotated", "qdq" or "folded").
     """
     return analyze_graph(domain_graph(obj, form), name=name)
 
