@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
 from executorch.backends.arm.quantizer import (
+    EthosUQuantizer,
     QuantizationConfig,
     TOSAQuantizer,
     get_symmetric_a16w8_quantization_config,
@@ -24,9 +27,10 @@ from executorch.backends.arm.quantizer.arm_quantizer_utils import (
     mark_node_as_annotated,
 )
 from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
-from executorch.exir import EdgeProgramManager
+from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_transform_and_lower
 from torch import nn
 from torch.export import ExportedProgram
+from torch.fx.passes.operator_support import OperatorSupportBase
 from torchao.quantization.pt2e.observer import FixedQParamsObserver
 from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, Quantizer
 
@@ -445,3 +449,37 @@ def build(name: str) -> Built:
         lowered=lowered,
         partitions=list(partitions),
     )
+
+
+# --------------------------------------------------------------------------
+# Seed 002: an Ethos-U partition that exits at a view (delegate boundary dtype)
+# --------------------------------------------------------------------------
+
+
+class RejectQuantizeAfterView(OperatorSupportBase):
+    """Keeps the quantize after a view_copy on the CPU, so the partition ends at
+    the view whose dequantize the Arm fold pass then folds into it (seed 002)."""
+
+    def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
+        target = str(node.target)
+        if "quantize_per_tensor" in target and "dequantize" not in target:
+            src = node.args[0]
+            return not (isinstance(src, torch.fx.Node) and "view_copy" in str(src.target))
+        return True
+
+
+def lower_attention_ethosu(force_view_exit: bool) -> tuple[EdgeProgramManager, Inputs]:
+    """The attention example quantized with EthosUQuantizer and lowered with
+    EthosUPartitioner("ethos-u85-256") (Vela compiles offline)."""
+    torch.manual_seed(2)
+    model, inputs = Attention().eval(), (torch.randn(1, 4, 8),)
+    spec = EthosUCompileSpec(arm.ETHOSU_TARGET)
+    quantizer = EthosUQuantizer(spec).set_global(get_symmetric_quantization_config())
+    converted = arm.quantize(model, inputs, quantizer=quantizer)
+    checks = [RejectQuantizeAfterView()] if force_view_exit else None
+    lowered = to_edge_transform_and_lower(
+        torch.export.export(converted, inputs),
+        partitioner=[EthosUPartitioner(spec, additional_checks=checks)],
+        compile_config=EdgeCompileConfig(_check_ir_validity=False),
+    )
+    return lowered, inputs

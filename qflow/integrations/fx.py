@@ -534,7 +534,7 @@ class FxAdapter:
         declared = dtype_name(dt) if dt is not None else out.dtype
         produced = out.produced_dtype
         holds = declared == produced or {declared, produced} <= {"int8", "uint8"}
-        where = "the backend artifact" if out.backend_dtype else "the partition program"
+        where = out.evidence
         self.dg.oblige(
             Obligation(
                 kind=ObligationKind.STRUCTURAL,
