@@ -44,9 +44,9 @@ def test_a_stale_float_boundary_dtype_is_a_delegate_dtype_mismatch(built) -> Non
 @pytest.fixture(scope="module")
 def ethosu():
     """Seed 002 on the real pipeline: EthosUQuantizer + EthosUPartitioner + Vela."""
-    from qflow.examples.models import lower_attention_ethosu
+    from qflow.examples.models import lower_attention
 
-    return {forced: lower_attention_ethosu(force_view_exit=forced)[0] for forced in (True, False)}
+    return {forced: lower_attention(force_view_exit=forced)[0] for forced in (True, False)}
 
 
 def test_seed002_partition_exiting_at_a_view_is_a_delegate_dtype_mismatch(ethosu) -> None:
@@ -70,3 +70,45 @@ def test_the_same_model_without_the_forced_exit_is_proved_at_the_boundaries(etho
     r = qflow.analyze(ethosu[False])
     assert not [f for f in r.findings if f.kind == "delegate-dtype-mismatch"]
     assert r.proved, str(r)
+
+
+def _delegate_output_dtypes(et) -> list[str]:
+    """The scalar types the serialized program declares for delegate tensors."""
+    from executorch.exir.scalar_type import ScalarType
+
+    plan = et.executorch_program.execution_plan[0]
+    out = []
+    for chain in plan.chains:
+        for ins in chain.instructions:
+            if type(ins.instr_args).__name__ == "DelegateCall":
+                out += [ScalarType(int(plan.values[i].val.scalar_type)).name for i in ins.instr_args.args]
+    return out
+
+
+def test_seed002_repair_makes_the_serialized_boundary_int8(ethosu) -> None:
+    fixed = qflow.repair(ethosu[True])
+    assert qflow.analyze(fixed).proved
+    before = _delegate_output_dtypes(ethosu[True].to_executorch())
+    after = _delegate_output_dtypes(fixed.to_executorch())
+    assert any("FLOAT" in d for d in before)
+    assert after and all("CHAR" in d for d in after)  # every delegate tensor is int8, as Vela writes it
+    dq = [n for n in fixed.exported_program().graph.nodes if "qflow_requant" in n.meta]
+    assert len(dq) == len([f for f in qflow.analyze(ethosu[True]).findings])  # one CPU dequantize each
+
+
+def test_seed002_on_tosa_repaired_output_matches_fake_quant() -> None:
+    from qflow.examples.models import lower_attention
+    from qflow.integrations import arm
+
+    lowered, converted = lower_attention(force_view_exit=True, backend="tosa")
+    torch.manual_seed(2)
+    inputs = (torch.randn(1, 4, 8),)
+    r = qflow.analyze(lowered)
+    kinds = {f.kind for f in r.findings}
+    assert kinds == {"delegate-dtype-mismatch"}
+    assert all("TOSA flatbuffer" in f.message for f in r.findings)
+    with pytest.raises(AssertionError, match="dtype"):  # the unrepaired boundary hands int8 to a float op
+        arm.run_tosa_reference(lowered, inputs)
+    fixed = qflow.repair(lowered)
+    [out] = arm.run_tosa_reference(fixed, inputs)
+    assert torch.allclose(out, converted(*inputs), atol=1e-6)

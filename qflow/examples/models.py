@@ -27,6 +27,7 @@ from executorch.backends.arm.quantizer.arm_quantizer_utils import (
     mark_node_as_annotated,
 )
 from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
+from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
 from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_transform_and_lower
 from torch import nn
 from torch.export import ExportedProgram
@@ -468,18 +469,25 @@ class RejectQuantizeAfterView(OperatorSupportBase):
         return True
 
 
-def lower_attention_ethosu(force_view_exit: bool) -> tuple[EdgeProgramManager, Inputs]:
-    """The attention example quantized with EthosUQuantizer and lowered with
-    EthosUPartitioner("ethos-u85-256") (Vela compiles offline)."""
+def lower_attention(force_view_exit: bool, backend: str = "ethosu") -> tuple[EdgeProgramManager, torch.fx.GraphModule]:
+    """The attention example lowered with EthosUPartitioner("ethos-u85-256")
+    (Vela compiles offline) or TOSAPartitioner("TOSA-1.0+INT"), optionally
+    with every partition forced to exit at a view (seed 002)."""
     torch.manual_seed(2)
     model, inputs = Attention().eval(), (torch.randn(1, 4, 8),)
-    spec = EthosUCompileSpec(arm.ETHOSU_TARGET)
-    quantizer = EthosUQuantizer(spec).set_global(get_symmetric_quantization_config())
-    converted = arm.quantize(model, inputs, quantizer=quantizer)
     checks = [RejectQuantizeAfterView()] if force_view_exit else None
+    part: Any
+    if backend == "ethosu":
+        spec: Any = EthosUCompileSpec(arm.ETHOSU_TARGET)
+        quantizer = EthosUQuantizer(spec).set_global(get_symmetric_quantization_config())
+        part = EthosUPartitioner(spec, additional_checks=checks)
+    else:
+        spec = TosaCompileSpec(arm.DEFAULT_SPEC)
+        quantizer = TOSAQuantizer(spec).set_global(get_symmetric_quantization_config())
+        part = TOSAPartitioner(spec, additional_checks=checks)
+    converted = arm.quantize(model, inputs, quantizer=quantizer)
+    exported = torch.export.export(converted, inputs)
     lowered = to_edge_transform_and_lower(
-        torch.export.export(converted, inputs),
-        partitioner=[EthosUPartitioner(spec, additional_checks=checks)],
-        compile_config=EdgeCompileConfig(_check_ir_validity=False),
+        exported, partitioner=[part], compile_config=EdgeCompileConfig(_check_ir_validity=False)
     )
-    return lowered, inputs
+    return lowered, converted

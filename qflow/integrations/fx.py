@@ -542,6 +542,7 @@ class FxAdapter:
                 value=node.name,
                 edge=(call, node.name),
                 finding_kind="delegate-dtype-mismatch",
+                expected=out.domain if out.domain is not None and not out.real else None,
                 holds=holds,
                 detail=(
                     f"delegate {call} output {out.index} (partition node {out.partition_node}): {where} "

@@ -110,6 +110,35 @@ def _own_activation_domain(gm: fx.GraphModule, ops: dict[str, Any], q: fx.Node, 
         u.replace_input_with(q, rq)
 
 
+def _true_boundary(gm: fx.GraphModule, ops: dict[str, Any], getitem: fx.Node, d: Domain) -> None:
+    """The delegate output is declared as the integer dtype the partition writes;
+    a CPU dequantize with the partition's output domain restores the float view."""
+    dtype = _TORCH_DTYPES.get(d.dtype, torch.int8)
+    call, idx = getitem.args[0], getitem.args[1]
+    users = list(getitem.users)
+    old_val = getitem.meta.get("val")
+    _set_val(getitem, getitem, dtype)
+    vals = call.meta.get("val")  # type: ignore[union-attr]
+    if isinstance(vals, (list, tuple)) and isinstance(idx, int):
+        vals = list(vals)
+        vals[idx] = getitem.meta["val"]
+        call.meta["val"] = vals  # type: ignore[union-attr]
+    # ExecuTorch's SpecPropPass keeps a preset spec on delegate calls (and would
+    # otherwise re-derive float32 from the partition's edge outputs)
+    from executorch.exir.tensor import TensorSpec
+
+    getitem.meta["spec"] = TensorSpec.from_tensor(getitem.meta["val"])
+    if isinstance(call.meta.get("val"), list):  # type: ignore[union-attr]
+        call.meta["spec"] = [TensorSpec.from_tensor(v) for v in call.meta["val"]]  # type: ignore[union-attr]
+    with gm.graph.inserting_after(getitem):
+        dq = gm.graph.call_function(ops["dq"], (getitem, *_qargs(d, getitem.name)))
+    if isinstance(old_val, torch.Tensor):
+        dq.meta["val"] = old_val
+    dq.meta["qflow_requant"] = f"dequantize the delegate output {getitem.name} on the CPU: {d}"
+    for u in users:
+        u.replace_input_with(getitem, dq)
+
+
 def apply_plan(gm: fx.GraphModule, plan: Plan) -> None:
     """Rewrite `gm` in place (callers pass a copy)."""
     if plan.empty:
@@ -122,5 +151,7 @@ def apply_plan(gm: fx.GraphModule, plan: Plan) -> None:
         _reclaim(nodes[name], d)
     for name, (old, own) in plan.activation_domains.items():
         _own_activation_domain(gm, ops, nodes[name], old, own)
+    for name, d in plan.boundaries.items():
+        _true_boundary(gm, ops, nodes[name], d)
     gm.graph.lint()
     gm.recompile()

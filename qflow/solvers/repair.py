@@ -49,13 +49,16 @@ class Plan:
     #: with zero point == qmin). The rewrite gives the activation the new domain
     #: and requantizes into the old one right after it.
     activation_domains: dict[str, tuple[Domain, Domain]] = field(default_factory=dict)
+    #: Delegate outputs whose parent-side dtype must become the integer domain
+    #: the partition really writes (a CPU dequantize then restores the float view).
+    boundaries: dict[str, Domain] = field(default_factory=dict)
     #: Obligations no requant can discharge (unknown ops, missing facts).
     unrepairable: list[Obligation] = field(default_factory=list)
     objective: str = "count"
 
     @property
     def empty(self) -> bool:
-        return not self.requants and not self.reclaims and not self.activation_domains
+        return not (self.requants or self.reclaims or self.activation_domains or self.boundaries)
 
 
 def _blocked(dg: DomainGraph, name: str) -> bool:
@@ -125,6 +128,8 @@ class Planner:
             if ob.kind is ObligationKind.STRUCTURAL:
                 if ob.finding_kind == "non-fuseable-activation" and not ob.holds and ob.edge and ob.expected:
                     plan.activation_domains[ob.edge[1]] = (ob.expected, fuseable_domain(ob.expected))
+                elif ob.finding_kind == "delegate-dtype-mismatch" and not ob.holds and ob.expected:
+                    plan.boundaries[ob.node] = ob.expected
                 elif not ob.holds:
                     plan.unrepairable.append(ob)
                 continue
