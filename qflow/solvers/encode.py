@@ -46,6 +46,7 @@ class Encoder:
         self._pc: dict[Domain, int] = {}
         self._pc_domains: list[Domain] = []
         self._vars: dict[str, Terms] = {}
+        self._literals: dict[tuple[Domain, bool], Terms] = {}
         self._groups: dict[str, tuple[z3.ArithRef, z3.ArithRef]] = {}
 
     # -- interning -----------------------------------------------------------
@@ -83,6 +84,13 @@ class Encoder:
         return t
 
     def literal(self, d: Domain, real: bool = False) -> Terms:
+        key = (d, real)
+        t = self._literals.get(key)
+        if t is None:
+            t = self._literals[key] = self._make_literal(d, real)
+        return t
+
+    def _make_literal(self, d: Domain, real: bool) -> Terms:
         c = self.ctx
         if d.is_float:
             s, zp, pc = 0, 0, -1
@@ -130,6 +138,26 @@ class Encoder:
 
     def is_gridless_float(self, a: Terms) -> z3.BoolRef:
         return z3.And(a.real, a.dt == 0)
+
+    def symbolic_terms(self, name: str, d: Definition) -> tuple[Terms, list[z3.BoolRef]]:
+        """A value of a symbolic group: known dtype/range, the group's scale/zp."""
+        sym = d.symbolic
+        assert sym is not None
+        s, zp = self.group_terms(sym)
+        c = self.ctx
+        t = Terms(
+            z3.BoolVal(d.real, c),
+            z3.IntVal(self.dtype_code(sym.dtype), c),
+            s,
+            zp,
+            z3.IntVal(sym.qmin, c),
+            z3.IntVal(sym.qmax, c),
+            z3.IntVal(-1, c),
+        )
+        facts = [s > 0, zp >= sym.qmin, zp <= sym.qmax]
+        if sym.symmetric:
+            facts.append(zp == 0)
+        return t, facts
 
     def define(self, name: str, d: Definition) -> list[z3.BoolRef]:
         """Background facts for one value (always satisfiable together: each

@@ -23,6 +23,9 @@ from qflow.domain import Domain
 from qflow.graph import DefKind, DomainGraph, Obligation, ObligationKind
 from qflow.solvers.encode import Encoder, Terms
 
+#: Regions proved together by one solver call (bisected when one fails).
+BATCH = 256
+
 
 class Status(enum.Enum):
     PROVED = "proved"
@@ -77,26 +80,69 @@ class Prover:
         self.dg = dg
         self.enc = Encoder()
         self.stats = ProofStats()
+        self._terms: dict[str, Terms] = {}
+        self._group_facts: dict[str, list[z3.BoolRef]] = {}
+        self._formulas: dict[tuple[object, ...], z3.BoolRef] = {}
+
+    def term(self, name: str) -> Terms:
+        """A value's z3 terms, by substitution: a fact is its literal, an alias
+        is its source's terms; only free and symbolic values are unknowns. The
+        definitions are functional, so this is equivalent to asserting them,
+        with far fewer terms."""
+        t = self._terms.get(name)
+        if t is not None:
+            return t
+        chain = []
+        while True:
+            d = self.dg.value(name).definition
+            if d.kind is DefKind.ALIAS and d.sources and name not in chain:
+                chain.append(name)
+                name = d.sources[0]
+                if name in self._terms:
+                    t = self._terms[name]
+                    break
+                continue
+            if d.kind is DefKind.FACT:
+                assert d.domain is not None
+                t = self.enc.literal(d.domain, d.real)
+            elif d.kind is DefKind.SYMBOLIC:
+                t, facts = self.enc.symbolic_terms(name, d)
+                assert d.symbolic is not None
+                self._group_facts.setdefault(d.symbolic.group, facts)
+            else:
+                t = self.enc.var(name)
+            self._terms[name] = t
+            break
+        for n in chain:
+            self._terms[n] = t
+        return t
 
     # -- the two sides of an obligation ---------------------------------------
     def _lhs(self, ob: Obligation) -> Terms:
         v = self.dg.value(ob.value)
         if ob.compare_claim and v.claim is not None and ob.kind is not ObligationKind.CLAIM:
             return self.enc.literal(v.claim)
-        return self.enc.var(ob.value)
+        return self.term(ob.value)
 
     def _rhs(self, ob: Obligation) -> Terms:
         if ob.other is not None:
             o = self.dg.value(ob.other)
             if ob.compare_claim and o.claim is not None:
                 return self.enc.literal(o.claim)
-            return self.enc.var(ob.other)
+            return self.term(ob.other)
         assert ob.expected is not None
         return self.enc.literal(ob.expected, bool(ob.expected_real))
 
     def formula(self, ob: Obligation) -> z3.BoolRef:
         lhs, rhs = self._lhs(ob), self._rhs(ob)
-        return obligation_formula(self.enc, ob, lhs, rhs)
+        # terms are shared (cached literals, substituted aliases), so repeated
+        # blocks ask the same question: build each formula once
+        exp_float = ob.expected.is_float if ob.expected is not None else None
+        key = (ob.kind, ob.allow_float, ob.check_range, ob.expected_real, exp_float, id(lhs), id(rhs))
+        f = self._formulas.get(key)
+        if f is None:
+            f = self._formulas[key] = obligation_formula(self.enc, ob, lhs, rhs)
+        return f
 
     # -- regions ---------------------------------------------------------------
     def _depends(self, ob: Obligation) -> list[str]:
@@ -161,32 +207,57 @@ class Prover:
         obs = [o for o in self.dg.obligations if o.kind is not ObligationKind.STRUCTURAL]
         results: dict[int, Result] = {}
         solver = z3.Solver(ctx=self.enc.ctx)
-        for names, region_obs in self.regions(obs):
+        regions = self.regions(obs)
+        for names, _ in regions:
             self.stats.regions += 1
             self.stats.largest_region = max(self.stats.largest_region, len(names))
-            solver.push()
-            for n in names:
-                for f in self.enc.define(n, self.dg.value(n).definition):
-                    solver.add(f)
-            formulas = [self.formula(o) for o in region_obs]
-            self.stats.solver_checks += 1
-            if solver.check(z3.Or(*[z3.Not(f) for f in formulas])) == z3.unsat:
-                for o in region_obs:
-                    results[id(o)] = self._proved(o)
-            else:
-                for o, f in zip(region_obs, formulas, strict=True):
-                    self.stats.solver_checks += 1
-                    r = solver.check(z3.Not(f))
-                    if r == z3.unsat:
-                        results[id(o)] = self._proved(o)
-                    else:
-                        results[id(o)] = self._refuted(o, solver.model() if r == z3.sat else None)
-            solver.pop()
+        for i in range(0, len(regions), BATCH):
+            self._prove_batch(solver, regions[i : i + BATCH], results)
         for o in self.dg.obligations:
             if o.kind is ObligationKind.STRUCTURAL:
                 side = Side(o.expected) if o.expected is not None else None
                 results[id(o)] = Result(o, Status.PROVED if o.holds else Status.VIOLATED, expected=side)
         return [results[id(o)] for o in self.dg.obligations]
+
+    def _prove_batch(
+        self,
+        solver: z3.Solver,
+        batch: list[tuple[list[str], list[Obligation]]],
+        results: dict[int, Result],
+    ) -> None:
+        """Regions share no term, so the negations of a whole batch are jointly
+        unsat iff each region's are: one solver call proves every region of a
+        batch that holds; a batch with a failure is bisected down to its regions."""
+        solver.push()
+        formulas = [(o, self.formula(o)) for _, region_obs in batch for o in region_obs]
+        groups = {
+            d.symbolic.group
+            for names, _ in batch
+            for n in names
+            if (d := self.dg.value(n).definition).kind is DefKind.SYMBOLIC and d.symbolic is not None
+        }
+        for g in groups:
+            for f in self._group_facts.get(g, ()):
+                solver.add(f)
+        self.stats.solver_checks += 1
+        if solver.check(z3.Or(*[z3.Not(f) for _, f in formulas])) == z3.unsat:
+            for o, _ in formulas:
+                results[id(o)] = self._proved(o)
+        elif len(batch) > 1:
+            solver.pop()
+            half = len(batch) // 2
+            self._prove_batch(solver, batch[:half], results)
+            self._prove_batch(solver, batch[half:], results)
+            return
+        else:
+            for o, f in formulas:
+                self.stats.solver_checks += 1
+                r = solver.check(z3.Not(f))
+                if r == z3.unsat:
+                    results[id(o)] = self._proved(o)
+                else:
+                    results[id(o)] = self._refuted(o, solver.model() if r == z3.sat else None)
+        solver.pop()
 
     def _proved(self, ob: Obligation) -> Result:
         return Result(ob, Status.PROVED)
