@@ -396,23 +396,30 @@ class FxAdapter:
                     finding_kind="mixed-input-domains",
                 )
             )
-        if claim is not None:
-            self.dg.oblige(
-                Obligation(
-                    kind=ObligationKind.CLAIM,
-                    node=node.name,
-                    value=node.name,
-                    expected=claim,
-                    finding_kind="passthrough-domain-change",
-                    check_range=cls is not OpClass.ACTIVATION,  # a clamp enforces its range
-                )
+        if claim is not None:  # a clamp enforces its own range; a copy does not
+            self._claim(node, claim, check_range=cls is not OpClass.ACTIVATION)
+
+    def _claim(
+        self, node: fx.Node, claim: Domain, kind: str = "passthrough-domain-change", check_range: bool = True
+    ) -> None:
+        """The node's claimed output domain must be the one it really produces."""
+        self.dg.oblige(
+            Obligation(
+                kind=ObligationKind.CLAIM,
+                node=node.name,
+                value=node.name,
+                expected=claim,
+                finding_kind=kind,
+                check_range=check_range,
             )
+        )
 
     def _add_qdq_op(self, node: fx.Node, cls: OpClass) -> None:
         if cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION):
             self._add_identity(node, cls, None)
             for i, j, a in _tensor_args(node):
-                self.dg.add_use(a.name, node.name, _label(i, j)) if a.name in self.dg.g else None
+                if a.name in self.dg.g:
+                    self.dg.add_use(a.name, node.name, _label(i, j))
             return
         if cls is OpClass.COMPUTE:
             self._value(node, cls, float_fact())
@@ -429,15 +436,7 @@ class FxAdapter:
             if a.name in self.dg.g:
                 self.dg.add_use(a.name, node.name, _label(i, j))
         if claim is not None:
-            self.dg.oblige(
-                Obligation(
-                    kind=ObligationKind.CLAIM,
-                    node=node.name,
-                    value=node.name,
-                    expected=claim,
-                    finding_kind="passthrough-domain-change",
-                )
-            )
+            self._claim(node, claim)
 
     # -- everything else: folded form ------------------------------------------------
     def _add_folded(self, node: fx.Node, cls: OpClass) -> None:
@@ -486,15 +485,7 @@ class FxAdapter:
         fused by moving qmin): its rescale saturates only to the dtype range, so
         the narrowed range is a claim that some clamp must enforce."""
         self._value(node, cls, Definition(DefKind.FACT, out.widened(), real=False), claim=out)
-        self.dg.oblige(
-            Obligation(
-                kind=ObligationKind.CLAIM,
-                node=node.name,
-                value=node.name,
-                expected=out,
-                finding_kind="unenforced-narrow-range",
-            )
-        )
+        self._claim(node, out, kind="unenforced-narrow-range")
 
     # -- delegate boundaries (lowered programs) ------------------------------------
     def _add_delegate_call(self, node: fx.Node) -> None:

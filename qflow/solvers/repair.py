@@ -162,20 +162,22 @@ class Planner:
         names.update(o.value for o in obs)
         return names
 
+    def region_constraints(self, ids: list[str], obs: list[Obligation]) -> list[z3.BoolRef]:
+        """Definitions of the region's other values, relaxable identities, and
+        every obligation unless a requant sits on its edge."""
+        out = []
+        for n in self._region_values(ids, obs) - set(ids):
+            out += self.enc.define(n, self.dg.value(n).definition)
+        for n in ids:
+            out += self.identity(n)
+        for ob in obs:
+            out += self.constraints(ob)
+        return out
+
     def _solve_region(self, ids: list[str], obs: list[Obligation], plan: Plan) -> None:
         opt = z3.Optimize(ctx=self.ctx)
-        names = self._region_values(ids, obs)
-        idset = set(ids)
-        for n in names:
-            if n not in idset:
-                for f in self.enc.define(n, self.dg.value(n).definition):
-                    opt.add(f)
-        for n in ids:
-            for f in self.identity(n):
-                opt.add(f)
-        for ob in obs:
-            for f in self.constraints(ob):
-                opt.add(f)
+        for f in self.region_constraints(ids, obs):
+            opt.add(f)
         edges = self._region_edges(ids, obs)
         if not edges:
             return
@@ -244,15 +246,8 @@ def brute_force_size(dg: DomainGraph) -> int | None:
     ids = p._identity_values()
     edges = p._region_edges(ids, obs)
     base = z3.Solver(ctx=p.ctx)
-    for n in p._region_values(ids, obs) - set(ids):
-        for f in p.enc.define(n, dg.value(n).definition):
-            base.add(f)
-    for n in ids:
-        for f in p.identity(n):
-            base.add(f)
-    for ob in obs:
-        for f in p.constraints(ob):
-            base.add(f)
+    for f in p.region_constraints(ids, obs):
+        base.add(f)
     for k in range(len(edges) + 1):
         for subset in itertools.combinations(edges, k):
             chosen = set(subset)
