@@ -15,12 +15,11 @@ def domain_graph(obj: Any, form: str | None = None) -> DomainGraph:
     """The domain graph qflow builds for `obj` (see `analyze` for what it accepts)."""
     if isinstance(obj, DomainGraph):
         return obj
+    from qflow.integrations import annotated
     from qflow.integrations.fx import build
     from qflow.integrations.load import graph_module_of
 
     gm, ep = graph_module_of(obj)
-    from qflow.integrations import annotated
-
     if form == "annotated" or (form is None and annotated.is_annotated(gm) and not _has_qdq(gm)):
         return annotated.build(gm)
     return build(gm, ep, form)
@@ -33,7 +32,7 @@ def _has_qdq(gm: Any) -> bool:
 def analyze(obj: Any, form: str | None = None, name: str = "") -> Report:
     """Prove that every consumer in `obj` sees the domain it declares.
 
-    `obj` is a torch.fx.GraphModule (PT2E Q/DQ, or Arm-folded), a
+    `obj` is a torch.fx.GraphModule (annotated, PT2E Q/DQ, or Arm-folded), a
     torch.export.ExportedProgram, an ExecuTorch EdgeProgramManager, a path to
     a .pt2 file, or a DomainGraph. `form` overrides the detected IR form
     ("annotated", "qdq" or "folded").
