@@ -103,6 +103,11 @@ def f3(x: float) -> str:
     return f"{x:.3f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
 
 
+def spread(runs: list[float]) -> str:
+    """Slowest / fastest of the repeated runs (1.00 for a single run)."""
+    return f"{max(runs) / min(runs):.2f}" if runs and min(runs) > 0 else "-"
+
+
 def slope(xs: list[float], ys: list[float]) -> float | None:
     """Least-squares slope of log(y) against log(x)."""
     pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys, strict=True) if x > 0 and y > 0]
@@ -129,6 +134,7 @@ def size_table(sizes: list[dict[str, Any]]) -> str:
         "prove s",
         "qflow s",
         "cpu/wall",
+        "spread",
         "peak MB",
         "fold s",
         "qflow/fold",
@@ -154,6 +160,7 @@ def size_table(sizes: list[dict[str, Any]]) -> str:
                     f3(m["prove_s"]),
                     f3(m["total_s"]),
                     f"{m['cpu_s'] / m['total_s']:.2f}",
+                    spread(m["runs_s"]),
                     f"{m['peak_mb']:.0f}",
                     f3(r["fold_s"]),
                     f"{m['total_s'] / r['fold_s']:.2f}",
@@ -176,6 +183,7 @@ def fold_table(sizes: list[dict[str, Any]], distinct: list[dict[str, Any]]) -> s
         "of it deepcopy s",
         "pass only s",
         "cpu/wall",
+        "spread",
         "fold peak MB",
     ]
     rows = [
@@ -190,6 +198,7 @@ def fold_table(sizes: list[dict[str, Any]], distinct: list[dict[str, Any]]) -> s
             f3(r["deepcopy_s"]),
             f3(r["pass_s"]),
             f"{r['fold_cpu_s'] / r['fold_s']:.2f}",
+            spread(r["fold_runs_s"]),
             f"{r['fold_peak_mb']:.0f}",
         ]
         for r in [*sizes, *distinct]
@@ -307,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--distinct-fold", help="sizes at which to also time the fold pass with distinct weights")
     ap.add_argument("--models", help="comma list of qflow.examples.models names for plan_repair (default: all)")
+    ap.add_argument("--repeat", type=int, help="runs of each measured step, fastest kept (default 3; --quick 1)")
     ap.add_argument("--jobs", type=int, default=2, help="processes in parallel (default 2)")
     ap.add_argument(
         "--profile", action="store_true", help="cProfile qflow on the largest size (benchmarks/profile.txt)"
@@ -315,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     sizes = parse_sizes(args.sizes) if args.sizes else QUICK_SIZES if args.quick else FULL_SIZES
+    if args.repeat is None:
+        args.repeat = 1 if args.quick else 3
     if args.distinct_fold is not None:
         distinct_sizes = parse_sizes(args.distinct_fold)
     else:
@@ -327,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     # the largest size alone, the other sizes in one process, then repair and the
     # distinct-weights fold timing (each process quantizes its own seed block)
     big = sorted(sizes, reverse=True)
-    opts = ["--weights", args.weights, "--qparams", args.qparams]
+    opts = ["--weights", args.weights, "--qparams", args.qparams, "--repeat", str(args.repeat)]
     jobs: list[tuple[str, list[str]]] = [(f"sizes {label(big[0])}", ["size", str(big[0]), *opts])]
     if len(big) > 1:
         rest = sorted(big[1:])
@@ -337,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs.append(("repair", ["repair", *names]))
     if distinct_sizes:
         key = f"fold distinct {','.join(map(label, distinct_sizes))}"
-        jobs.append((key, ["size", *map(str, distinct_sizes), "--weights", "distinct", "--fold-only"]))
+        fold_opts = ["--weights", "distinct", "--fold-only", "--qparams", args.qparams, "--repeat", str(args.repeat)]
+        jobs.append((key, ["size", *map(str, distinct_sizes), *fold_opts]))
 
     t0 = time.perf_counter()
     print(f"running {len(jobs)} jobs on {args.jobs} processes: {'; '.join(k for k, _ in jobs)}", file=sys.stderr)
@@ -376,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         size_table(size_rows),
         "",
+        f"Every step ran {args.repeat}× in the same process; the table keeps the fastest run and "
+        "`spread` = slowest / fastest. "
         "`qflow s` = build + analyze_graph wall time; `cpu/wall` = its process CPU time / wall time "
         "(< 1: the core was shared); `z3 %` = prove_s / qflow s; `fold s` = "
         "`qflow.integrations.arm.fold_qparams` on the same edge graph, same process; `pass` = that "
