@@ -195,7 +195,7 @@ def fold_table(sizes: list[dict[str, Any]], distinct: list[dict[str, Any]]) -> s
             str(r["folded_nodes"]),
             f3(r["synth_s"]),
             f3(r["fold_s"]),
-            f3(r["deepcopy_s"]),
+            f3(r["deepcopy_s"]) if r["deepcopy_s"] is not None else "n/a",
             f3(r["pass_s"]),
             f"{r['fold_cpu_s'] / r['fold_s']:.2f}",
             spread(r["fold_runs_s"]),

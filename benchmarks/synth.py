@@ -3,12 +3,12 @@
 One ``Block`` (conv/relu/cat, a residual add, and an attention-ish part with
 reshape/permute/bmm) goes through the real PT2E flow with the stock Arm TOSA
 quantizer (``qflow.integrations.arm.quantize`` → ``to_edge_program``). The real
-flow is far too slow to produce large graphs (measured: 1 block ≈ 6 s, 4 blocks
-≈ 55 s, growing faster than linearly), so ``replicate`` copies the edge
+flow is far too slow to produce large graphs (measured: 1 block ≈ 8 s, 4 blocks
+≈ 54 s, growing faster than linearly), so ``replicate`` copies the edge
 program's FX nodes N times with fresh names, chaining each copy's output into
-the next copy's input, and wraps the result in a new ``ExportedProgram`` whose
-graph signature lists every copy's buffers (aliasing the same tensors). The
-Arm ``FoldAndAnnotateQParamsPass`` then runs on that program for real.
+the next copy's input, and wraps the result in a new ``ExportedProgram``
+(copies share the block's buffers, or get their own aliasing the same tensors).
+The Arm ``FoldAndAnnotateQParamsPass`` then runs on that program for real.
 """
 
 from __future__ import annotations
