@@ -3,7 +3,7 @@
 Exit codes (a contract for CI): 0 every program proved (or nothing at the
 --fail-on level), 1 a finding at the --fail-on level (by default: some
 obligation violated or unproven), 2 bad input (unreadable file, malformed
-graph, unwritable output).
+graph, unwritable output, --graph .svg without Graphviz).
 """
 
 from __future__ import annotations
@@ -75,20 +75,57 @@ def summary(reports: list[Report]) -> str:
     return f"qflow: {len(reports)} program(s) checked, {verdict} ({counts})"
 
 
-def _check(args: argparse.Namespace) -> int:
-    from qflow.api import analyze
+def _graph_path(text: str) -> Path:
+    """--graph's argument: the suffix picks the format, so anything else is a usage error (exit 2)."""
+    path = Path(text)
+    if path.suffix.lower() not in (".svg", ".dot"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the picture is .svg (rendered with Graphviz dot) or .dot (Graphviz source, no install needed)"
+        )
+    return path
 
+
+def _picture_module() -> Any:
+    """qflow.report.picture, or None after saying what to install (it needs the `graphviz` package)."""
+    try:
+        from qflow.report import picture
+    except ImportError as e:
+        print(f"qflow: --graph needs the graphviz Python package ({e}): pip install 'qflow[graph]'", file=sys.stderr)
+        return None
+    return picture
+
+
+def _check(args: argparse.Namespace) -> int:
+    from qflow.analysis import analyze_graph
+    from qflow.api import domain_graph
+    from qflow.solvers.repair import plan_repair
+
+    picture = _picture_module() if args.graph else None
+    if args.graph:
+        if picture is None:
+            return EXIT_BAD_INPUT
+        if args.graph.suffix.lower() == ".svg" and not picture.dot_available():
+            print(f"qflow: --graph {args.graph}: {picture.INSTALL_HINT}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     paths = [Path(p) for p in args.paths] or bundled_examples()
     if not paths:
         print("qflow: no program given and no bundled example found", file=sys.stderr)
         return EXIT_BAD_INPUT
     reports: list[Report] = []
     artifacts: dict[str, str] = {}
+    drawn: list[Any] = []
     for i, p in enumerate(paths, 1):
         if len(paths) > 1:
             print(f"[{i}/{len(paths)}] {p.name}", file=sys.stderr, flush=True)
         try:
-            new = _arm_partitions(p, args.arm) if args.arm else [analyze(p, form=args.form, name=p.name)]
+            programs = _arm_partitions(p, args.arm) if args.arm else [(p.name, p)]
+            new = []
+            for name, program in programs:
+                dg = domain_graph(program, form=None if args.arm else args.form)
+                report = analyze_graph(dg, name=name)
+                new.append(report)
+                if picture is not None:  # the plan marks where the requants would go
+                    drawn.append(picture.Program(report, dg, None if report.proved else plan_repair(dg)))
         except QflowError as e:
             print(f"qflow: {p}: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -104,20 +141,36 @@ def _check(args: argparse.Namespace) -> int:
         print(f"{summary(reports)}; {args.format} report written to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    if picture is not None and not _draw(picture, args.graph, drawn):
+        return EXIT_BAD_INPUT
     return EXIT_NOT_PROVED if any(fails(r, args.fail_on) for r in reports) else EXIT_PROVED
 
 
-def _arm_partitions(path: Path, spec: str) -> list[Report]:
-    """Lower with the real Arm TOSA partitioner and prove each partition as the
-    backend sees it right after its fold pass."""
-    from qflow.api import analyze
+def _draw(picture: Any, path: Path, programs: list[Any]) -> bool:
+    """Write the --graph picture; False (after saying why) when it cannot be written."""
+    try:
+        picture.write_picture(path, programs)
+    except picture.DotNotFound as e:
+        print(f"qflow: --graph {path}: {e}", file=sys.stderr)
+        return False
+    except (OSError, picture.graphviz.CalledProcessError) as e:
+        print(f"qflow: cannot write the picture {path}: {e}", file=sys.stderr)
+        return False
+    findings = sum(len(p.report.findings) for p in programs)
+    print(f"qflow: picture of {len(programs)} program(s), {findings} finding(s) written to {path}", file=sys.stderr)
+    return True
+
+
+def _arm_partitions(path: Path, spec: str) -> list[tuple[str, Any]]:
+    """Lower with the real Arm TOSA partitioner; (name, partition) for each
+    partition as the backend sees it right after its fold pass."""
     from qflow.integrations.arm import capture_after, lower
     from qflow.integrations.load import load_program
 
     ep = load_program(path)
     with capture_after() as partitions:
         lower(ep, (), spec=spec)
-    return [analyze(part, name=f"{path.name} partition {i} ({spec})") for i, part in enumerate(partitions)]
+    return [(f"{path.name} partition {i} ({spec})", part) for i, part in enumerate(partitions)]
 
 
 def _repair(args: argparse.Namespace) -> int:
@@ -192,7 +245,7 @@ def parser() -> argparse.ArgumentParser:
         "Progress goes to stderr when several programs are checked.",
         epilog="Exit codes: 0 nothing at the --fail-on level (by default: every program proved), "
         "1 a finding at the --fail-on level, 2 bad input (unreadable or malformed program, unwritable "
-        "--output).",
+        "--output or --graph, --graph .svg without Graphviz installed).",
     )
     c.add_argument("paths", nargs="*", metavar="PATH", help="a torch.export.save'd program (.pt2); several allowed")
     c.add_argument(
@@ -223,6 +276,18 @@ def parser() -> argparse.ArgumentParser:
         metavar="TOSA_SPEC",
         help="lower with the real ExecuTorch Arm TOSA partitioner (e.g. TOSA-1.0+INT+int16) and prove "
         "each partition as the backend sees it after FoldAndAnnotateQParamsPass",
+    )
+    c.add_argument(
+        "--graph",
+        metavar="PATH",
+        type=_graph_path,
+        help="also draw the domain graph around each finding (3 hops, at most 60 values per program) to "
+        "PATH: nodes coloured by status (red violated, yellow unproven, green proved, white no obligation), "
+        "edges labelled with the domain that flows on them, the requants `qflow repair` would insert in blue; "
+        "a proved program is drawn whole when small, else as one summary box; several programs are boxed "
+        "side by side. The suffix picks the format: .svg (rendered by the Graphviz `dot` program; without "
+        "it, exit 2 with how to install it) or .dot (Graphviz source, no Graphviz needed); "
+        "anything else is a usage error",
     )
     c.set_defaults(func=_check)
     r = sub.add_parser(
