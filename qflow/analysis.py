@@ -119,7 +119,10 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
             continue
         k, msg = _describe(dg, r)
         spec = kind(k)
-        severity = "info" if r.status is Status.PROVED else (r.obligation.severity or spec.severity)
+        if r.status is Status.PROVED:  # an obligation that holds but is worth knowing about
+            severity = r.obligation.severity or "info"
+        else:
+            severity = r.obligation.severity or spec.severity
         key = (k, r.obligation.node)
         if key in findings:
             continue

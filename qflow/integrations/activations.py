@@ -67,14 +67,100 @@ def fuses_by_narrowing() -> bool:
 
 
 def would_fuse(name: str, d: Domain, lo: float | None, hi: float | None) -> bool:
-    """The installed FuseQuantizedActivationPass's own criterion."""
+    """The installed FuseQuantizedActivationPass's own criterion. Its
+    ``quantize_value`` saturates to [qmin, qmax], so a hardtanh/relu6 whose
+    upper bound lies at or beyond the top of the range counts as reaching qmax."""
     if not fuses_by_narrowing():
         return exact(d, lo, hi)
     if name in ("relu", "relu_"):
         return True
     if name in ("hardtanh", "hardtanh_", "relu6"):
-        return lo == 0 and code(d, hi, math.inf) == d.qmax
+        return lo == 0 and code(d, hi, math.inf) >= d.qmax
     return False
+
+
+@lru_cache(maxsize=1)
+def conv_reads_activation_domain() -> bool:
+    """Does the installed RewriteConvPass take a conv's output domain from a
+    direct clamp / view_copy user when the conv has none (the seed 001 fix)?"""
+    try:
+        from executorch.backends.arm._passes.rewrite_conv_pass import RewriteConvPass
+    except ImportError:
+        return False
+    return hasattr(RewriteConvPass, "_get_effective_output_qparams")
+
+
+def left_without_domain(producer: str, activation: str) -> str:
+    """What the installed Arm backend does with a producer whose output domain
+    only its (unfused) activation records."""
+    if not conv_reads_activation_domain():
+        return (
+            f"RewriteConvPass reads {producer}'s own output_qparams and fails with 'No output quantization "
+            "parameter found' (seed 001, executorch ≤ 1.2)"
+        )
+    if producer.startswith("linear") or "_linear" in producer:
+        return (
+            f"the installed RewriteConvPass reads the domain from a clamp only when it is the conv's direct "
+            f"user, but DecomposeLinearPass turns {producer} into view → conv2d → view, so the conv's user is "
+            "a view without output_qparams and lowering fails with 'No output quantization parameter found' "
+            "(seed 001, still in executorch 1.5.1 for linear producers; a TOSA INT-only partitioner rejects "
+            "the island instead and it runs on the CPU)"
+        )
+    return (
+        f"the installed RewriteConvPass rescales {producer} into {activation}'s domain and the clamp stays "
+        "explicit (exact); a TOSA INT-only partitioner rejects the island instead and it runs on the CPU; "
+        "executorch ≤ 1.2 fails in RewriteConvPass (seed 001)"
+    )
+
+
+def domain_through(node: fx.Node) -> tuple[fx.Node, Domain] | None:
+    """Seed 001's folded shape: a conv/linear with input_qparams but no
+    output_qparams whose only user (through views) is an activation that owns
+    them. Its rescale targets that domain, saturating only to the dtype range;
+    the clamp then enforces the bounds, so the producer's domain is the
+    activation's, widened to the dtype range."""
+    from qflow.integrations.fx import quant_args_domain, target_name
+    from qflow.ops import OpClass, classify
+
+    if base_name(target_name(node)) not in _PRODUCERS:
+        return None
+    user = node
+    for _ in range(8):
+        if len(user.users) != 1:
+            return None
+        user = next(iter(user.users))
+        if user.op != "call_function":
+            return None
+        oq = user.meta.get("output_qparams") or {}
+        cls = classify(target_name(user))
+        if cls is OpClass.ACTIVATION and oq:
+            return user, quant_args_domain(oq[min(oq)], user).widened()
+        if cls is not OpClass.PASSTHROUGH or oq:
+            return None
+    return None
+
+
+def note_inferred(dg: DomainGraph, producer: fx.Node, activation: fx.Node, d: Domain) -> None:
+    """A warning that the producer's domain was inferred through its activation."""
+    dg.oblige(
+        Obligation(
+            kind=ObligationKind.STRUCTURAL,
+            node=producer.name,
+            value=producer.name,
+            expected=d,
+            finding_kind="missing-domain",
+            holds=True,
+            inform=True,
+            severity="warning",
+            detail=(
+                f"{producer.name} has input_qparams but no output_qparams; its output domain is recorded only on "
+                f"{activation.name} (an activation left unfused). qflow infers {d} (the activation's domain over "
+                f"the full code range: the rescale saturates to the dtype, the clamp enforces the bounds). Passes "
+                f"that need {producer.name}'s own output domain: RewriteConvPass (conv / decomposed linear). "
+                f"Here: {left_without_domain(producer.name, activation.name)}."
+            ),
+        )
+    )
 
 
 def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str) -> None:
@@ -89,24 +175,24 @@ def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str) -> None:
         return
     name = base_name(target_name(node))
     lo, hi = b
-    ok = exact(q, lo, hi)
-    fused = would_fuse(name, q, lo, hi)
-    if ok:
+    if exact(q, lo, hi):
         return
+    fused = would_fuse(name, q, lo, hi)
     clo, chi = code(q, lo, -math.inf), code(q, hi, math.inf)
+    numbers = (
+        f"{node.name} ({name}, bounds [{lo}, {hi}]) after {prod.name}: the bounds quantize to codes "
+        f"[{clo}, {chi}] in {q} (zp={q.zero_point}, qmin={q.qmin}, qmax={q.qmax}), inside the code range"
+    )
     if fused:
         detail = (
-            f"{node.name} ({name}) after {prod.name} is not fuseable: its bounds quantize to codes "
-            f"[{clo}, {chi}] but the domain's range is [{q.qmin}, {q.qmax}] (zp={q.zero_point}, "
-            f"qmin={q.qmin}). The installed ExecuTorch fuses it anyway by narrowing qmin to {clo}; "
-            f"nothing enforces the narrowed range after {prod.name}'s rescale, so values below "
-            f"{lo} leak through."
+            f"{numbers}, so it is not fuseable. The installed ExecuTorch fuses it anyway by narrowing qmin "
+            f"to {q.zero_point}; nothing enforces the narrowed range after {prod.name}'s rescale, so values "
+            f"below {lo} leak through."
         )
-    else:
+    else:  # no quantize between producer and activation: the producer has no domain of its own
         detail = (
-            f"{node.name} ({name}) after {prod.name} is not fuseable (codes [{clo}, {chi}] vs range "
-            f"[{q.qmin}, {q.qmax}]): it must stay an explicit integer clamp, and {prod.name} must own an "
-            "explicit output domain (ExecuTorch ≤ 1.2 dropped it, seed 001)."
+            f"{numbers}, so it is not fuseable and stays an explicit clamp, leaving {prod.name} without an "
+            f"output domain of its own: {left_without_domain(prod.name, node.name)}."
         )
     dg.oblige(
         Obligation(
@@ -117,6 +203,8 @@ def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str) -> None:
             finding_kind="non-fuseable-activation",
             edge=(node.name, q_name),
             holds=not fused,
+            inform=not fused,
+            severity=None if fused else "warning",
             detail=detail,
         )
     )

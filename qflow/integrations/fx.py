@@ -454,6 +454,10 @@ class FxAdapter:
                 self._add_narrowed(node, cls, out)
             elif out is not None:
                 d = Definition(DefKind.FACT, out, real=False)
+            elif declared and (through := activations.domain_through(node)) is not None:
+                act, inferred = through  # seed 001's shape: the activation records the domain
+                d = Definition(DefKind.FACT, inferred, real=False)
+                activations.note_inferred(self.dg, node, act, inferred)
             elif declared:
                 d = Definition(
                     DefKind.FREE,
