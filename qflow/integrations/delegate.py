@@ -1,4 +1,4 @@
-"""Delegate boundaries: `executorch_call_delegate` outputs are dtype edges.
+"""Delegate boundaries: `executorch_call_delegate` inputs and outputs are dtype edges.
 
 What a partition really produces is read from the lowered module itself: the
 partition program's output nodes (a quantize → that domain) and, for TOSA
@@ -7,6 +7,11 @@ what the device writes. What the parent graph expects is the `getitem`'s
 ``meta["val"]`` — copied from the partition's edge outputs *before* the
 backend ran (exir/backend/backend_api.py), which is how the two can disagree
 (seed 002).
+
+Inputs the other way round: what the partition expects is its user-input
+placeholders' dtype (and the domain its first dequantize reads), the
+flatbuffer's input tensor types, and for Arm backends the placeholders after
+the real fold pass; what the parent feeds is the call argument.
 """
 
 from __future__ import annotations
@@ -49,6 +54,34 @@ class BoundaryOutput:
         return "the partition program"
 
 
+@dataclass
+class BoundaryInput:
+    """One user input of a partition, as the partition expects it."""
+
+    index: int
+    placeholder: str
+    dtype: str  # the partition program's placeholder dtype (pre-backend)
+    backend_dtype: str | None = None  # the backend artifact's input tensor type, when readable
+    folded_dtype: str | None = None  # the placeholder after the backend's own fold pass
+
+    @property
+    def expected_dtype(self) -> str:
+        return self.backend_dtype or self.folded_dtype or self.dtype
+
+    @property
+    def evidence(self) -> str:
+        if self.backend_dtype:
+            return "the backend artifact (TOSA flatbuffer)"
+        if self.folded_dtype:
+            return "the partition after the backend's FoldAndAnnotateQParamsPass"
+        return "the partition program"
+
+
+def compatible(a: str, b: str) -> bool:
+    """Same bytes at the boundary: TOSA carries uint8 IO as INT8 with unsigned rescales."""
+    return a == b or {a, b} <= {"int8", "uint8"}
+
+
 def lowered_module(gm: fx.GraphModule, call: fx.Node) -> Any:
     ref = call.args[0] if call.args else None
     if not isinstance(ref, fx.Node) or ref.op != "get_attr":
@@ -56,31 +89,62 @@ def lowered_module(gm: fx.GraphModule, call: fx.Node) -> Any:
     return getattr(gm, str(ref.target), None)
 
 
-def _tosa_output_dtypes(processed: bytes) -> list[str] | None:
+def _tosa_io_dtypes(processed: bytes) -> tuple[dict[str, str], list[str]] | None:
+    """(input name → dtype, output dtypes in order) of a TOSA flatbuffer."""
     try:
         from tosa.TosaGraph import TosaGraph
 
         blk = TosaGraph.GetRootAs(processed, 0).Regions(0).Blocks(0)
         types = {blk.Tensors(i).Name().decode(): blk.Tensors(i).Type() for i in range(blk.TensorsLength())}
-        return [_TOSA_DTYPES.get(types[blk.Outputs(i).decode()], "?") for i in range(blk.OutputsLength())]
+        names = [blk.Inputs(i).decode() for i in range(blk.InputsLength())]
+        ins = {n: _TOSA_DTYPES.get(types[n], "?") for n in names}
+        outs = [_TOSA_DTYPES.get(types[blk.Outputs(i).decode()], "?") for i in range(blk.OutputsLength())]
+        return ins, outs
     except Exception:  # not a TOSA flatbuffer (a Vela blob, another backend)
         return None
+
+
+def _tosa_output_dtypes(processed: bytes) -> list[str] | None:
+    io = _tosa_io_dtypes(processed)
+    return None if io is None else io[1]
 
 
 _ARM_BACKENDS = {"TOSABackend", "EthosUBackend", "VgfBackend"}
 
 
-def _arm_folded_outputs(ep: Any) -> list[tuple[str, Domain | None]] | None:
-    """(dtype, domain) of each partition output after the real Arm fold pass,
-    run on a copy: a dequantize folded into a boundary view makes it integer."""
+def _arm_fold(ep: Any) -> Any:
+    """The partition after the real Arm fold pass (on a copy), or None."""
     try:
         from qflow.integrations.arm import fold_qparams
-        from qflow.integrations.fx import dtype_name, quant_args_domain
 
-        folded = fold_qparams(ep)
+        return fold_qparams(ep)
     except Exception:  # not foldable here: fall back to the partition's own view
         return None
+
+
+_UNSET: Any = object()
+
+
+def _arm_folded_outputs(ep: Any, folded: Any = _UNSET) -> list[tuple[str, Domain | None]] | None:
+    """(dtype, domain) of each partition output after the real Arm fold pass,
+    run on a copy: a dequantize folded into a boundary view makes it integer."""
+    from qflow.integrations.fx import dtype_name, quant_args_domain
+
+    folded = _arm_fold(ep) if folded is _UNSET else folded
+    if folded is None:
+        return None
     return [_folded_output(o, dtype_name, quant_args_domain) for o in folded.graph.output_node().args[0]]
+
+
+def _placeholder_dtypes(ep: Any) -> dict[str, str]:
+    from qflow.integrations.fx import dtype_name
+
+    out = {}
+    for n in ep.graph.nodes:
+        val = n.meta.get("val") if n.op == "placeholder" else None
+        if isinstance(val, torch.Tensor):
+            out[n.name] = dtype_name(val.dtype)
+    return out
 
 
 def _folded_output(o: fx.Node, dtype_name: Any, quant_args_domain: Any) -> tuple[str, Domain | None]:
@@ -116,7 +180,22 @@ class _NoConsts:
         return x
 
 
-def boundary_outputs(lowered: Any) -> list[BoundaryOutput]:
+def boundaries(lowered: Any) -> tuple[list[BoundaryInput], list[BoundaryOutput]]:
+    """What each user input of a lowered partition expects and each output
+    produces (the Arm fold runs once for both)."""
+    ep = lowered.original_module
+    io = _tosa_io_dtypes(bytes(lowered.processed_bytes)) if lowered.backend_id == "TOSABackend" else None
+    folded = _arm_fold(ep) if lowered.backend_id in _ARM_BACKENDS else None
+    pre = _placeholder_dtypes(ep)
+    post = _placeholder_dtypes(folded) if folded is not None else {}
+    inputs = [
+        BoundaryInput(i, name, pre.get(name, "?"), io[0].get(name) if io else None, post.get(name))
+        for i, name in enumerate(ep.graph_signature.user_inputs)
+    ]
+    return inputs, boundary_outputs(lowered, io[1] if io else None, folded)
+
+
+def boundary_outputs(lowered: Any, backend: list[str] | None = None, folded_ep: Any = _UNSET) -> list[BoundaryOutput]:
     """What each output of a lowered partition produces."""
     from qflow.integrations.fx import _Consts, dtype_name, qdq_domain, target_name
     from qflow.ops import OpClass, classify
@@ -124,8 +203,9 @@ def boundary_outputs(lowered: Any) -> list[BoundaryOutput]:
     ep = lowered.original_module
     consts = _Consts(ep.graph_module, ep)
     outs = ep.graph.output_node().args[0]
-    backend = _tosa_output_dtypes(bytes(lowered.processed_bytes)) if lowered.backend_id == "TOSABackend" else None
-    folded = _arm_folded_outputs(ep) if lowered.backend_id in _ARM_BACKENDS else None
+    if backend is None and lowered.backend_id == "TOSABackend":
+        backend = _tosa_output_dtypes(bytes(lowered.processed_bytes))
+    folded = _arm_folded_outputs(ep, folded_ep) if lowered.backend_id in _ARM_BACKENDS else None
     result = []
     for i, o in enumerate(outs):
         val = o.meta.get("val")

@@ -66,8 +66,13 @@ def _insert(gm: fx.GraphModule, ops: dict[str, Any], rq: Requant, nodes: dict[st
     producer, consumer = nodes.get(rq.edge[0]), nodes.get(rq.edge[1])
     if producer is None or consumer is None:
         raise InputError(f"the plan names edge {rq.edge}, which is not in the graph", rq.edge[1])
-    consumer_is_q = consumer.op == "call_function" and classify(target_name(consumer)) is OpClass.QUANTIZE
-    if rq.source_real and consumer_is_q:
+    consumer_cls = classify(target_name(consumer)) if consumer.op == "call_function" else OpClass.UNKNOWN
+    consumer_is_q = consumer_cls is OpClass.QUANTIZE
+    if consumer_cls is OpClass.DELEGATE and rq.source.is_float:
+        chain = [("q", rq.target)]  # the partition reads codes: quantize on the CPU
+    elif consumer_cls is OpClass.DELEGATE and rq.target.is_float:
+        chain = [("dq", rq.source)]  # the partition reads real numbers: dequantize on the CPU
+    elif rq.source_real and consumer_is_q:
         # real on S → Q(T): materialize S's codes so a dq(S)→q(T) pair remains
         chain = [("q", rq.source), ("dq", rq.source)]
     elif rq.source_real:

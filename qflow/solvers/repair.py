@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 import z3
 
-from qflow.domain import Domain
+from qflow.domain import FLOAT, Domain
 from qflow.graph import DefKind, DomainGraph, Obligation, ObligationKind
+from qflow.lattice import Elem, ElemKind, propagate
 from qflow.ops import OpClass
 from qflow.solvers.encode import Encoder
 from qflow.solvers.prove import _UnionFind, obligation_formula
@@ -82,6 +83,7 @@ class Planner:
         self.enc = Encoder()
         self.ctx = self.enc.ctx
         self._r: dict[tuple[str, str], z3.BoolRef] = {}
+        self._env: dict[str, Elem] | None = None
 
     def r(self, edge: tuple[str, str]) -> z3.BoolRef:
         b = self._r.get(edge)
@@ -120,6 +122,22 @@ class Planner:
             out.append(z3.Or(self.r((s, name)), self.enc.eq(t, self.enc.var(s))))
         return out
 
+    def _boundary_input(self, ob: Obligation) -> Requant | None:
+        """A delegate input fed the wrong dtype: real numbers where the partition
+        reads codes get a CPU quantize into its domain; codes where it reads
+        real numbers get a CPU dequantize with the codes' own domain (from the
+        lattice: unknown there means no repair)."""
+        if ob.expected is None or ob.edge is None:
+            return None
+        if not ob.expected.is_float:
+            return Requant(ob.edge, FLOAT, ob.expected, source_real=True)
+        if self._env is None:
+            self._env = propagate({v.name: v.definition for v in self.dg.values()})
+        e = self._env.get(ob.value)
+        if e is None or e.kind is not ElemKind.KNOWN or e.domain is None or e.domain.is_float or e.real:
+            return None
+        return Requant(ob.edge, e.domain, FLOAT)
+
     # -- solve --------------------------------------------------------------------
     def plan(self) -> Plan:
         plan = Plan(objective=self.objective)
@@ -128,6 +146,12 @@ class Planner:
             if ob.kind is ObligationKind.STRUCTURAL:
                 if ob.finding_kind == "non-fuseable-activation" and not ob.holds and ob.edge and ob.expected:
                     plan.activation_domains[ob.edge[1]] = (ob.expected, fuseable_domain(ob.expected))
+                elif ob.finding_kind == "delegate-dtype-mismatch" and not ob.holds and ob.arg.startswith("input"):
+                    rq = self._boundary_input(ob)
+                    if rq is None:
+                        plan.unrepairable.append(ob)
+                    else:
+                        plan.requants.append(rq)
                 elif ob.finding_kind == "delegate-dtype-mismatch" and not ob.holds and ob.expected:
                     plan.boundaries[ob.node] = ob.expected
                 elif not ob.holds:
