@@ -72,6 +72,38 @@ def test_the_same_model_without_the_forced_exit_is_proved_at_the_boundaries(etho
     assert r.proved, str(r)
 
 
+def _flagged_partition_nodes(lowered) -> list[str]:
+    """The partition output node behind each delegate-dtype-mismatch of a lowered program."""
+    from qflow.integrations import delegate
+
+    ep = lowered.exported_program()
+    nodes = {n.name: n for n in ep.graph.nodes}
+    out = []
+    for f in qflow.analyze(lowered).findings:
+        if f.kind == "delegate-dtype-mismatch":
+            getitem = nodes[f.node]
+            call, idx = getitem.args
+            lm = delegate.lowered_module(ep.graph_module, call)
+            out.append(delegate.boundary_outputs(lm)[idx].partition_node)
+    return out
+
+
+@pytest.mark.parametrize("forced", [True, False])
+def test_seed002_boundaries_are_predicted_before_partitioning(ethosu, forced) -> None:
+    """The partitioner's tagging alone (no Vela, no backend) predicts exactly the
+    partition outputs the lowered-form check flags after the real lowering."""
+    from qflow.examples.models import RejectQuantizeAfterView, attention_program
+    from qflow.integrations.executorch import predict_boundaries
+
+    exported, part, _, _ = attention_program([RejectQuantizeAfterView()] if forced else None)
+    r = predict_boundaries(exported, part)
+    flagged = _flagged_partition_nodes(ethosu[forced])
+    assert sorted(f.node for f in r.findings) == sorted(flagged)
+    assert all(f.status == "predicted" and "output" in f.message for f in r.findings)
+    assert r.proved is (not forced) and bool(flagged) is forced
+    assert all("factor 4" in f.message and f.produced["dtype"] == "int8" for f in r.findings)
+
+
 def _delegate_output_dtypes(et) -> list[str]:
     """The scalar types the serialized program declares for delegate tensors."""
     from executorch.exir.scalar_type import ScalarType

@@ -491,3 +491,37 @@ def lower_attention(force_view_exit: bool, backend: str = "ethosu") -> tuple[Edg
         exported, partitioner=[part], compile_config=EdgeCompileConfig(_check_ir_validity=False)
     )
     return lowered, converted
+
+
+class RejectDequantizeBeforeView(OperatorSupportBase):
+    """Keeps the dequantize before a view_copy on the CPU, so a partition starts
+    at the view on a float tensor while the quantize after the view stays
+    inside: the input-side mirror of seed 002 (TOSA-1.0+INT+FP accepts such a
+    partition; an INT-only partitioner de-tags the view instead)."""
+
+    def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
+        if "dequantize_per_tensor" in str(node.target):
+            return not any("view_copy" in str(u.target) for u in node.users)
+        return True
+
+
+def attention_program(
+    checks: list[OperatorSupportBase] | None = None, backend: str = "ethosu", spec: str = arm.DEFAULT_SPEC
+) -> tuple[ExportedProgram, Any, torch.fx.GraphModule, Inputs]:
+    """What lower_attention lowers, before lowering: the attention example
+    quantized for `backend` ("ethosu" or "tosa" with TOSA `spec`) and
+    exported, with the partitioner (and its `checks`) it would be lowered
+    with — so boundaries can be predicted on the very same program."""
+    torch.manual_seed(2)
+    model, inputs = Attention().eval(), (torch.randn(1, 4, 8),)
+    part: Any
+    if backend == "ethosu":
+        cs: Any = EthosUCompileSpec(arm.ETHOSU_TARGET)
+        quantizer = EthosUQuantizer(cs).set_global(get_symmetric_quantization_config())
+        part = EthosUPartitioner(cs, additional_checks=checks)
+    else:
+        cs = TosaCompileSpec(spec)
+        quantizer = TOSAQuantizer(cs).set_global(get_symmetric_quantization_config())
+        part = TOSAPartitioner(cs, additional_checks=checks)
+    converted = arm.quantize(model, inputs, quantizer=quantizer)
+    return torch.export.export(converted, inputs), part, converted, inputs

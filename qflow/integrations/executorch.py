@@ -65,3 +65,11 @@ def check_program(program: Any, repair: bool = False) -> Any:
     if not report.proved:
         raise ProofError(report)
     return program
+
+
+def predict_boundaries(program: Any, partitioner: Any, name: str = "") -> Report:
+    """Before lowering: the delegate boundaries `partitioner` will cut that the
+    Arm fold pass turns into dtype mismatches (see qflow.integrations.boundaries)."""
+    from qflow.integrations.boundaries import predict_boundaries as predict
+
+    return predict(program, partitioner, name)
