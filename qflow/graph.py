@@ -104,6 +104,9 @@ class Obligation:
     inform: bool = False  # report an info finding even though it holds
     severity: str | None = None  # overrides the kind's default severity
     detail: str = ""
+    #: STRUCTURAL: the domain a repair gives the quantize at the end of `edge`
+    #: (an activation's own, exactly fuseable domain), when the rule knows one.
+    fix_domain: Domain | None = None
 
 
 @dataclass

@@ -287,3 +287,15 @@ def test_unfused_activation_after_linear_predicts_the_1_5_1_crash(case) -> None:
     [part] = c.partitions
     [f] = qflow.analyze(part).findings
     assert f.kind == "missing-domain" and "DecomposeLinearPass" in f.message
+
+    # repair: hardtanh(0, 1) gets its own domain [0, 1] with zp == qmin, where
+    # the installed pass fuses it exactly, then a requant into the shared domain
+    [(old, own)] = qflow.plan(c.converted).activation_domains.values()
+    assert (own.zero_point, own.qmin) == (old.qmin, old.qmin) and own.scale < old.scale
+    repaired = qflow.repair(c.converted)
+    r = qflow.analyze(repaired)
+    assert r.proved and not r.findings
+    with arm.capture_after() as parts:
+        lowered = arm.lower(repaired, c.inputs, spec=c.spec)
+    assert parts and all(qflow.analyze(p).proved and not qflow.analyze(p).findings for p in parts)
+    assert c.lsb(lowered) <= 1.0 + 1e-4

@@ -79,6 +79,21 @@ def would_fuse(name: str, d: Domain, lo: float | None, hi: float | None) -> bool
     return False
 
 
+def fuseable_domain(name: str, q: Domain, lo: float | None, hi: float | None) -> Domain | None:
+    """A domain for the activation's output in which dropping it is exact and
+    which the installed pass fuses, or None (a clamp, or a lower bound other
+    than 0: the pass never fuses those). Zero point at qmin; the same scale as
+    `q` when the upper bound still reaches qmax there, so the requant back into
+    `q` is an integer shift with no second rounding; otherwise the scale that
+    puts the upper bound exactly on qmax."""
+    if name in ("clamp", "clamp_") or lo != 0:
+        return None
+    same = Domain.quantized(q.dtype, q.scale, q.qmin, q.qmin, q.qmax)
+    if hi is None or code(same, hi, math.inf) >= q.qmax:
+        return same
+    return Domain.quantized(q.dtype, hi / (q.qmax - q.qmin), q.qmin, q.qmin, q.qmax)
+
+
 @lru_cache(maxsize=1)
 def conv_reads_activation_domain() -> bool:
     """Does the installed RewriteConvPass take a conv's output domain from a
@@ -206,5 +221,6 @@ def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str) -> None:
             inform=not fused,
             severity=None if fused else "warning",
             detail=detail,
+            fix_domain=fuseable_domain(name, q, lo, hi),
         )
     )

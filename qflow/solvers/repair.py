@@ -144,8 +144,8 @@ class Planner:
         obs: list[Obligation] = []
         for ob in self.dg.obligations:
             if ob.kind is ObligationKind.STRUCTURAL:
-                if ob.finding_kind == "non-fuseable-activation" and not ob.holds and ob.edge and ob.expected:
-                    plan.activation_domains[ob.edge[1]] = (ob.expected, fuseable_domain(ob.expected))
+                if ob.finding_kind == "non-fuseable-activation" and ob.fix_domain and ob.edge and ob.expected:
+                    plan.activation_domains[ob.edge[1]] = (ob.expected, ob.fix_domain)
                 elif ob.finding_kind == "delegate-dtype-mismatch" and not ob.holds and ob.arg.startswith("input"):
                     rq = self._boundary_input(ob)
                     if rq is None:
@@ -250,13 +250,6 @@ class Planner:
                 plan.reclaims[n] = phys
 
 
-def fuseable_domain(d: Domain) -> Domain:
-    """`d` with its zero point moved to qmin: same scale, so it covers all of
-    `d`'s non-negative values, fusion into it is exact, and the requant back to
-    `d` is an integer shift with no second rounding."""
-    return Domain.quantized(d.dtype, d.scale, d.qmin, d.qmin, d.qmax)
-
-
 def plan_repair(dg: DomainGraph, objective: str = "count") -> Plan:
     """The minimal set of requants that makes every repairable obligation hold."""
     return Planner(dg, objective).plan()
@@ -281,4 +274,4 @@ def brute_force_size(dg: DomainGraph) -> int | None:
     return None
 
 
-__all__ = ["Plan", "Requant", "brute_force_size", "fuseable_domain", "plan_repair"]
+__all__ = ["Plan", "Requant", "brute_force_size", "plan_repair"]
