@@ -218,11 +218,13 @@ def slope_lines(sizes: list[dict[str, Any]], distinct: list[dict[str, Any]]) -> 
     for form in ("qdq", "folded"):
         xs = [r[form]["nodes"] for r in sizes]
         add(f"qflow total vs nodes, {form}", xs, [r[form]["total_s"] for r in sizes])
+        add(f"  CPU time (less sensitive to a shared core), {form}", xs, [r[form]["cpu_s"] for r in sizes])
         add(f"  prove (z3), {form}", xs, [r[form]["prove_s"] for r in sizes])
         add(f"  build, {form}", xs, [r[form]["build_s"] for r in sizes])
         add(f"  bare walk, {form}", xs, [r[form]["walk_s"] for r in sizes])
     xs = [r["nodes"] for r in sizes]
     add("fold pass (arm.fold_qparams) vs edge nodes, shared weights", xs, [r["fold_s"] for r in sizes])
+    add("  CPU time", xs, [r["fold_cpu_s"] for r in sizes])
     add("  pass only (without its deepcopy)", xs, [r["pass_s"] for r in sizes])
     if len(distinct) >= 2:
         dx = [r["nodes"] for r in distinct]

@@ -8,6 +8,7 @@ import time
 import networkx as nx
 
 from qflow.errors import InputError
+from qflow.gc_pause import paused_gc
 from qflow.graph import DomainGraph, ObligationKind
 from qflow.lattice import propagate
 from qflow.ops import OpClass
@@ -97,6 +98,7 @@ def _check_acyclic(dg: DomainGraph) -> None:
         raise InputError(f"the graph has a cycle: {' → '.join(u for u, _ in cycle)}", cycle[0][0])
 
 
+@paused_gc()
 def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
     """Prove every obligation of a domain graph and explain the failures."""
     t0 = time.perf_counter()

@@ -23,6 +23,7 @@ import torch.fx as fx
 
 from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
+from qflow.gc_pause import paused_gc
 from qflow.graph import (
     Definition,
     DefKind,
@@ -645,6 +646,7 @@ class FxAdapter:
                 self.dg.notes.append(f"assumed integer input {v.name} is in {ob.expected} (declared by {ob.node})")
 
 
+@paused_gc()
 def build(gm: fx.GraphModule, ep: Any | None = None, form: str | None = None) -> DomainGraph:
     """The domain graph of an FX graph module (optionally with its ExportedProgram)."""
     return FxAdapter(gm, ep, form or detect_form(gm)).build()

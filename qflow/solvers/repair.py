@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import z3
 
 from qflow.domain import FLOAT, Domain
+from qflow.gc_pause import paused_gc
 from qflow.graph import DefKind, DomainGraph, Obligation, ObligationKind
 from qflow.lattice import Elem, ElemKind, propagate
 from qflow.ops import OpClass
@@ -250,6 +251,7 @@ class Planner:
                 plan.reclaims[n] = phys
 
 
+@paused_gc()
 def plan_repair(dg: DomainGraph, objective: str = "count") -> Plan:
     """The minimal set of requants that makes every repairable obligation hold."""
     return Planner(dg, objective).plan()
