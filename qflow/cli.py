@@ -98,7 +98,6 @@ def _picture_module() -> Any:
 def _check(args: argparse.Namespace) -> int:
     from qflow.analysis import analyze_graph
     from qflow.api import domain_graph
-    from qflow.solvers.repair import plan_repair
 
     picture = _picture_module() if args.graph else None
     if args.graph:
@@ -125,7 +124,9 @@ def _check(args: argparse.Namespace) -> int:
                 report = analyze_graph(dg, name=name)
                 new.append(report)
                 if picture is not None:  # the plan marks where the requants would go
-                    drawn.append(picture.Program(report, dg, None if report.proved else plan_repair(dg)))
+                    drawn.append(
+                        picture.Program(report, dg, None if report.proved else picture.plan_around(dg, report))
+                    )
         except QflowError as e:
             print(f"qflow: {p}: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT

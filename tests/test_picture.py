@@ -19,7 +19,7 @@ from qflow.cli import main
 from qflow.domain import Domain
 from qflow.graph import DomainGraph
 from qflow.report import picture
-from qflow.report.picture import COLOURS, REQUANT, Program, short_domain, to_dot, write_picture
+from qflow.report.picture import COLOURS, REQUANT, Program, plan_around, short_domain, to_dot, write_picture
 from qflow.solvers.repair import plan_repair
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "qflow" / "examples"
@@ -32,7 +32,7 @@ _ATTR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^\s\]]+)')
 
 def program(dg: DomainGraph, name: str = "p") -> Program:
     r = analyze_graph(dg, name=name)
-    return Program(r, dg, None if r.proved else plan_repair(dg))
+    return Program(r, dg, None if r.proved else plan_around(dg, r))
 
 
 def parse(dot: str) -> tuple[dict[str, dict[str, str]], list[tuple[str, str, dict[str, str]]]]:
@@ -134,6 +134,18 @@ def test_a_large_graph_is_cut_to_the_neighbourhood_of_the_finding() -> None:
     assert set(by_name(nodes)) <= {"v249", "v250", "v251", "planned requant"}  # fewer hops past max_nodes
 
 
+def test_many_findings_stay_a_bounded_picture() -> None:
+    g = G()
+    for i in range(200):
+        g.fact(f"a{i}", A)
+        g.use(f"a{i}", f"b{i}", C)
+    p = program(g.dg)
+    assert len(p.report.findings) == 200
+    dot = to_dot([p], max_nodes=20)
+    nodes, _ = parse(dot)
+    assert len(nodes) <= 30 and "only the first 20 finding and plan nodes" in dot
+
+
 def test_clean_programs_small_whole_large_as_a_summary() -> None:
     small, large = program(chain(5, None), "small"), program(chain(500, None), "large")
     nodes, edges = parse(to_dot([small, large]))
@@ -142,6 +154,20 @@ def test_clean_programs_small_whole_large_as_a_summary() -> None:
     [summary] = [a for a in nodes.values() if a.get("shape") == "note"]
     assert summary["label"].startswith("502 values, every obligation proved")
     assert "subgraph cluster_p0_" in to_dot([small, large]) and "subgraph cluster_p1_" in to_dot([small, large])
+
+
+def test_plan_around_the_findings_is_the_plan_of_their_regions() -> None:
+    g = G()
+    for i in range(30):  # 30 regions, two of them wrong in different ways
+        g.fact(f"m{i}", A)
+        g.fact(f"n{i}", C if i == 7 else A)
+        g.passthrough(f"cat{i}", f"m{i}", f"n{i}", claim=B if i == 20 else None)
+        g.use(f"cat{i}", f"add{i}", B if i == 20 else A)
+    r = analyze_graph(g.dg)
+    full, around = plan_repair(g.dg), plan_around(g.dg, r)
+    assert sorted(rq.edge for rq in full.requants) == [("cat20", "add20"), ("n7", "cat7")]
+    assert set(around.requants) == set(full.requants)  # same edges, same domains
+    assert around.reclaims == full.reclaims == {"cat20": A}
 
 
 def test_short_domains() -> None:
