@@ -16,6 +16,7 @@ the real fold pass; what the parent feeds is the call argument.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,7 @@ class BoundaryOutput:
     dtype: str  # the partition program's dtype (pre-backend)
     backend_dtype: str | None = None  # what the backend artifact writes, when readable
     folded_dtype: str | None = None  # what the partition outputs after the backend's own fold pass
+    artifact: str = "TOSA flatbuffer"  # where backend_dtype was read
 
     @property
     def produced_dtype(self) -> str:
@@ -48,7 +50,7 @@ class BoundaryOutput:
     @property
     def evidence(self) -> str:
         if self.backend_dtype:
-            return "the backend artifact (TOSA flatbuffer)"
+            return f"the backend artifact ({self.artifact})"
         if self.folded_dtype:
             return "the partition after the backend's FoldAndAnnotateQParamsPass"
         return "the partition program"
@@ -63,6 +65,7 @@ class BoundaryInput:
     dtype: str  # the partition program's placeholder dtype (pre-backend)
     backend_dtype: str | None = None  # the backend artifact's input tensor type, when readable
     folded_dtype: str | None = None  # the placeholder after the backend's own fold pass
+    artifact: str = "TOSA flatbuffer"  # where backend_dtype was read
 
     @property
     def expected_dtype(self) -> str:
@@ -71,7 +74,7 @@ class BoundaryInput:
     @property
     def evidence(self) -> str:
         if self.backend_dtype:
-            return "the backend artifact (TOSA flatbuffer)"
+            return f"the backend artifact ({self.artifact})"
         if self.folded_dtype:
             return "the partition after the backend's FoldAndAnnotateQParamsPass"
         return "the partition program"
@@ -107,6 +110,31 @@ def _tosa_io_dtypes(processed: bytes) -> tuple[dict[str, str], list[str]] | None
 def _tosa_output_dtypes(processed: bytes) -> list[str] | None:
     io = _tosa_io_dtypes(processed)
     return None if io is None else io[1]
+
+
+_VELA_BLOCK = struct.Struct("<16sIB11s")  # executorch/backends/arm/arm_vela.py: name, length, external flag
+_VELA_ITEM = {1: "int8", 2: "int16"}  # 4 bytes is int32 or float32: left to the fold
+
+
+def _vela_io_elem_sizes(blob: bytes) -> dict[str, list[int]] | None:
+    """{"inputs": [...], "outputs": [...]} element sizes from a Vela binary stream
+    (ArmBackendEthosU's format: 16-byte aligned named blocks; each io block is
+    a count, then per tensor a 6-D shape, elem_size, offset, region)."""
+    try:
+        pos, out = 0, {}
+        while pos + _VELA_BLOCK.size <= len(blob):
+            name, length, external, _ = _VELA_BLOCK.unpack_from(blob, pos)
+            pos += _VELA_BLOCK.size
+            key = name.rstrip(b"\x00").decode()
+            if key in ("inputs", "outputs") and not external:
+                (n,) = struct.unpack_from("<i", blob, pos)
+                out[key] = [struct.unpack_from("<9i", blob, pos + 4 + 36 * i)[6] for i in range(n)]
+            if key == "vela_end_stream":
+                break
+            pos += (length + 15) // 16 * 16
+        return out if set(out) == {"inputs", "outputs"} else None
+    except (struct.error, UnicodeDecodeError):
+        return None
 
 
 _ARM_BACKENDS = {"TOSABackend", "EthosUBackend", "VgfBackend"}
@@ -188,11 +216,36 @@ def boundaries(lowered: Any) -> tuple[list[BoundaryInput], list[BoundaryOutput]]
     folded = _arm_fold(ep) if lowered.backend_id in _ARM_BACKENDS else None
     pre = _placeholder_dtypes(ep)
     post = _placeholder_dtypes(folded) if folded is not None else {}
+    nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     inputs = [
         BoundaryInput(i, name, pre.get(name, "?"), io[0].get(name) if io else None, post.get(name))
         for i, name in enumerate(ep.graph_signature.user_inputs)
     ]
-    return inputs, boundary_outputs(lowered, io[1] if io else None, folded)
+    for b in inputs:  # a symbolic size placeholder has no dtype to compare
+        val = nodes[b.placeholder].meta.get("val") if b.placeholder in nodes else None
+        if val is not None and not isinstance(val, torch.Tensor):
+            b.dtype = "symbolic"
+    outputs = boundary_outputs(lowered, io[1] if io else None, folded)
+    if lowered.backend_id == "EthosUBackend":
+        _vela_evidence(bytes(lowered.processed_bytes), inputs, outputs)
+    return inputs, outputs
+
+
+def _vela_evidence(blob: bytes, inputs: list[BoundaryInput], outputs: list[BoundaryOutput]) -> None:
+    """Vela's own element sizes (what the NPU reads and writes) as the backend
+    dtype: the dtype already known when its size agrees, else the one the size
+    names (1 → int8, 2 → int16)."""
+    sizes = _vela_io_elem_sizes(blob)
+    if sizes is None:
+        return
+    for side, items in (("inputs", inputs), ("outputs", outputs)):
+        if len(sizes[side]) != len(items):
+            continue  # no positional match: leave it to the fold
+        for b, n in zip(items, sizes[side], strict=True):
+            seen = b.expected_dtype if isinstance(b, BoundaryInput) else b.produced_dtype
+            dt = seen if ITEMSIZE.get(seen) == n else _VELA_ITEM.get(n)  # Vela knows bytes, not types
+            if dt is not None:
+                b.backend_dtype, b.artifact = dt, f"Vela command stream: element size {n}"
 
 
 def boundary_outputs(lowered: Any, backend: list[str] | None = None, folded_ep: Any = _UNSET) -> list[BoundaryOutput]:

@@ -525,8 +525,8 @@ class FxAdapter:
         """A delegate input is a dtype edge, and, when both sides are integer,
         a domain edge: the codes the parent feeds must be in the domain the
         partition's first dequantize of that input reads."""
-        if arg.name not in self.dg.g:
-            return
+        if arg.name not in self.dg.g or (_val(arg) is not None and not isinstance(_val(arg), torch.Tensor)):
+            return  # a symbolic size, not a tensor: no dtype edge
         ph = f"{prefix}/{b.placeholder}"
         dt = _val_dtype(arg)
         fed = dtype_name(dt) if dt is not None else "?"
