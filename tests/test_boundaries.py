@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from torch.fx.passes.operator_support import OperatorSupportBase
 
 import qflow
 from qflow.integrations import arm
@@ -182,6 +183,42 @@ def test_the_int_only_partitioner_detags_that_view_and_nothing_is_predicted() ->
     exported, part, _, _ = attention_program([RejectDequantizeBeforeView()], backend="tosa", spec=arm.DEFAULT_SPEC)
     r = predict_boundaries(exported, part)
     assert r.proved and not r.findings and r.obligations["proved"] > 0
+
+
+class _RejectQuantizeAfterCompute(OperatorSupportBase):
+    """Keeps the quantize after each linear / bmm on the CPU."""
+
+    def is_node_supported(self, submodules, node) -> bool:
+        t = str(node.target)
+        if "quantize_per_tensor" in t and "dequantize" not in t:
+            src = node.args[0]
+            return not (isinstance(src, torch.fx.Node) and any(k in str(src.target) for k in ("linear", "bmm")))
+        return True
+
+
+def test_a_partition_ending_at_a_compute_op_without_its_quantize_is_predicted() -> None:
+    """Not proved before lowering when the real lowering cannot succeed: the
+    fold leaves such a linear without output qparams and the backend rejects it."""
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    from qflow.examples.models import attention_program
+    from qflow.integrations.executorch import predict_boundaries
+
+    exported, part, _, _ = attention_program([_RejectQuantizeAfterCompute()], backend="tosa")
+    r = predict_boundaries(exported, part)
+    found = _kind(r)
+    assert found and not r.proved
+    assert all("no output qparams" in f.message and ("linear" in f.node or "bmm" in f.node) for f in found)
+
+    with pytest.raises(Exception) as info:
+        to_edge_transform_and_lower(
+            copy.deepcopy(exported), partitioner=[part], compile_config=EdgeCompileConfig(_check_ir_validity=False)
+        )
+    causes, e = [], info.value
+    while e is not None:
+        causes.append(str(e))
+        e = e.__cause__
+    assert any("No output quantization parameter found" in c for c in causes)
 
 
 def test_predict_boundaries_rejects_what_it_cannot_read(built) -> None:

@@ -8,7 +8,10 @@ boundary, what the Arm ``FoldAndAnnotateQParamsPass`` will make of it:
 * an output that is a pass-through op (view, permute, …) fed — through
   pass-through ops only — by a dequantize inside the partition: the fold
   erases the dequantize, so the partition writes integer codes while the
-  parent graph will declare the float dtype (seed 002);
+  parent graph will declare the float dtype (seed 002); likewise an output
+  whose quantize is inside the partition while the value itself leaves;
+* an output that is a quantized compute op whose quantize is outside: after
+  the fold it has no output domain (the backend rejects the partition);
 * an input where the partition starts at a pass-through op on a float tensor
   and the quantize after it is inside the partition: the fold folds that
   quantize into the op, so nothing converts the real numbers the parent
@@ -26,6 +29,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from qflow.analysis import _source as _source_line
 from qflow.domain import Domain
 from qflow.errors import InputError
 from qflow.integrations.delegate import ITEMSIZE, byte_factor, compatible
@@ -115,6 +119,18 @@ class _Predictor:
 
     def _output(self, o: fx.Node, tag: str) -> None:
         """o leaves partition `tag`: does the fold turn it into codes?"""
+        cls = _cls(o)
+        if cls in (OpClass.QUANTIZE, OpClass.DEQUANTIZE):
+            return  # a quantize writes the codes it declares; a dequantize, real numbers
+        if self.foldable(o):
+            qs = [u for u in o.users if _cls(u) is OpClass.QUANTIZE and self.tag(u) == tag]
+            if qs:
+                self._output_finding(o, o, qs[0], tag)  # its quantize folds into it: the value leaving is codes
+                return
+            dqs = [a for a in o.all_input_nodes if _cls(a) is OpClass.DEQUANTIZE and self.tag(a) == tag]
+            if cls is not OpClass.PASSTHROUGH and dqs:
+                self._unquantized_output(o, dqs[0], tag)
+                return
         cur = o
         for _ in range(256):
             if _cls(cur) is not OpClass.PASSTHROUGH or self.tag(cur) != tag:
@@ -127,20 +143,46 @@ class _Predictor:
                 return
             cur = src
 
-    def _output_finding(self, o: fx.Node, into: fx.Node, dq: fx.Node, tag: str) -> None:
-        dom = qdq_domain(dq, self.consts)
+    def _output_finding(self, o: fx.Node, into: fx.Node, qdq: fx.Node, tag: str) -> None:
+        dom = qdq_domain(qdq, self.consts)
         declared = _dtype(o) or "?"
         if compatible(declared, dom.dtype):
             return
-        via = "" if into is o else f" (through {into.name})"
+        if _cls(qdq) is OpClass.QUANTIZE:
+            why = (
+                f"its quantize {qdq.name} is inside the partition while the value also leaves it: "
+                f"FoldAndAnnotateQParamsPass will fold the quantize into {o.name}"
+            )
+        else:
+            via = "" if into is o else f" (through {into.name})"
+            why = (
+                f"a pass-through op, is fed by {qdq.name}{via}, a dequantize inside the partition: "
+                "FoldAndAnnotateQParamsPass will fold it"
+            )
         self._add(
             o,
-            f"predicted partition {tag} output {o.name} ({base_name(target_name(o))}, a pass-through op) is fed by "
-            f"{dq.name}{via}, a dequantize inside the partition: FoldAndAnnotateQParamsPass will fold it, so the "
-            f"partition writes {dom.dtype} codes in {dom}, while the parent graph will declare {declared} for "
-            f"this delegate output (meta['val'] is copied before the backend runs). Byte-size factor "
+            f"predicted partition {tag} output {o.name} ({base_name(target_name(o))}) — {why}, so the partition "
+            f"writes {dom.dtype} codes in {dom}, while the parent graph will declare {declared} for this delegate "
+            f"output (meta['val'] is copied before the backend runs). Byte-size factor "
             f"{byte_factor(declared, dom.dtype):g}.",
             produced=dom,
+            expected=declared,
+            edge=[o.name, "<parent>"],
+        )
+
+    def _unquantized_output(self, o: fx.Node, dq: fx.Node, tag: str) -> None:
+        """A quantized compute op leaving the partition without its quantize: after
+        the fold it reads codes but has no output domain to rescale to."""
+        declared = _dtype(o) or "?"
+        op = f"{base_name(target_name(o))}, a quantized {_cls(o).value} op"
+        self._add(
+            o,
+            f"predicted partition {tag} output {o.name} ({op}) reads {dq.name}, a dequantize inside the "
+            "partition, but its quantize is outside: after FoldAndAnnotateQParamsPass it has input qparams "
+            f"and no output qparams, so the partition cannot write the {declared} the parent graph will "
+            "declare (the Arm backend 1.5.1 rejects a conv/linear there: 'No output quantization parameter "
+            "found'; otherwise it would write integer codes or accumulators).",
+            produced=None,
             expected=declared,
             edge=[o.name, "<parent>"],
         )
@@ -166,7 +208,7 @@ class _Predictor:
             edge=[a.name, c.name],
         )
 
-    def _add(self, n: fx.Node, msg: str, produced: Domain, expected: str, edge: list[str]) -> None:
+    def _add(self, n: fx.Node, msg: str, produced: Domain | None, expected: str, edge: list[str]) -> None:
         spec = kind(_KIND)
         exp: dict[str, Any] = {"dtype": expected}
         if expected in ITEMSIZE and expected.startswith("float"):
@@ -178,11 +220,11 @@ class _Predictor:
                 severity=spec.severity,
                 message=msg,
                 status="predicted",
-                produced=produced.to_dict(),
+                produced=produced.to_dict() if produced is not None else None,
                 expected=exp,
                 edge=edge,
                 fix=spec.fix,
-                module=None,
+                source=_source_line(n.meta.get("stack_trace")),
             )
         )
 
