@@ -98,6 +98,7 @@ def _picture_module() -> Any:
 def _check(args: argparse.Namespace) -> int:
     from qflow.analysis import analyze_graph
     from qflow.api import domain_graph
+    from qflow.solvers.repair import plan_repair
 
     picture = _picture_module() if args.graph else None
     if args.graph:
@@ -124,9 +125,7 @@ def _check(args: argparse.Namespace) -> int:
                 report = analyze_graph(dg, name=name)
                 new.append(report)
                 if picture is not None:  # the plan marks where the requants would go
-                    drawn.append(
-                        picture.Program(report, dg, None if report.proved else picture.plan_around(dg, report))
-                    )
+                    drawn.append(picture.Program(report, dg, None if report.proved else plan_repair(dg)))
         except QflowError as e:
             print(f"qflow: {p}: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -184,8 +183,8 @@ def _repair(args: argparse.Namespace) -> int:
     try:
         ep = load_program(src)
         before = analyze(ep, form=args.form, name=src.name)
-        p = plan(ep, form=before.form, objective=args.objective) if not before.proved else None
-        fixed = repair(ep, form=before.form, objective=args.objective) if p is not None else ep
+        p = plan(ep, form=before.form, objective=args.objective)  # warnings may have a repair too
+        fixed = repair(ep, form=before.form, objective=args.objective) if not p.empty else ep
         after = analyze(fixed, form=before.form, name=dst.name)
     except ProofError as e:
         print(f"qflow: {src}: cannot repair: the repaired graph does not prove\n{e.report}", file=sys.stderr)
@@ -203,7 +202,7 @@ def _repair(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     what = (
         "already proved, saved unchanged"
-        if p is None
+        if p.empty
         else f"{len(p.requants)} requant(s) inserted, {len(p.reclaims)} claim(s) corrected"
     )
     ob = after.obligations

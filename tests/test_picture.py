@@ -19,7 +19,7 @@ from qflow.cli import main
 from qflow.domain import Domain
 from qflow.graph import DomainGraph
 from qflow.report import picture
-from qflow.report.picture import COLOURS, REQUANT, Program, plan_around, short_domain, to_dot, write_picture
+from qflow.report.picture import COLOURS, REQUANT, Program, short_domain, to_dot, write_picture
 from qflow.solvers.repair import plan_repair
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "qflow" / "examples"
@@ -32,7 +32,7 @@ _ATTR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^\s\]]+)')
 
 def program(dg: DomainGraph, name: str = "p") -> Program:
     r = analyze_graph(dg, name=name)
-    return Program(r, dg, None if r.proved else plan_around(dg, r))
+    return Program(r, dg, None if r.proved else plan_repair(dg))
 
 
 def parse(dot: str) -> tuple[dict[str, dict[str, str]], list[tuple[str, str, dict[str, str]]]]:
@@ -154,20 +154,6 @@ def test_clean_programs_small_whole_large_as_a_summary() -> None:
     [summary] = [a for a in nodes.values() if a.get("shape") == "note"]
     assert summary["label"].startswith("502 values, every obligation proved")
     assert "subgraph cluster_p0_" in to_dot([small, large]) and "subgraph cluster_p1_" in to_dot([small, large])
-
-
-def test_plan_around_the_findings_is_the_plan_of_their_regions() -> None:
-    g = G()
-    for i in range(30):  # 30 regions, two of them wrong in different ways
-        g.fact(f"m{i}", A)
-        g.fact(f"n{i}", C if i == 7 else A)
-        g.passthrough(f"cat{i}", f"m{i}", f"n{i}", claim=B if i == 20 else None)
-        g.use(f"cat{i}", f"add{i}", B if i == 20 else A)
-    r = analyze_graph(g.dg)
-    full, around = plan_repair(g.dg), plan_around(g.dg, r)
-    assert sorted(rq.edge for rq in full.requants) == [("cat20", "add20"), ("n7", "cat7")]
-    assert set(around.requants) == set(full.requants)  # same edges, same domains
-    assert around.reclaims == full.reclaims == {"cat20": A}
 
 
 def test_short_domains() -> None:

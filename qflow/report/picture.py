@@ -22,11 +22,11 @@ import graphviz
 import networkx as nx
 
 from qflow.domain import DTYPE_RANGE, Domain
-from qflow.graph import DefKind, DomainGraph, ObligationKind
+from qflow.graph import DomainGraph
 from qflow.lattice import Elem, ElemKind, propagate
-from qflow.ops import OpClass, base_name
+from qflow.ops import base_name
 from qflow.report.model import Finding, Report
-from qflow.solvers.repair import Plan, plan_repair
+from qflow.solvers.repair import Plan
 
 SUFFIXES = (".svg", ".dot")
 HOPS = 3  # how far around a finding the picture reaches (a Q/DQ pair costs two hops)
@@ -159,41 +159,6 @@ def neighbourhood(dg: DomainGraph, centre: Iterable[str], hops: int = HOPS, max_
         if len(out) <= max_nodes:
             return out
     return set(seeds)
-
-
-def plan_around(dg: DomainGraph, report: Report) -> Plan:
-    """The repair plan of the regions the findings sit in, for the picture.
-
-    The planner solves each region (values tied by pass-through identities)
-    on its own, one z3 Optimize call each; planning only the findings' regions
-    gives their requants without paying for the thousands of proved regions of
-    a large graph.
-    """
-    at = {f.node for f in report.findings}
-    uf = nx.utils.UnionFind()
-    for v in dg.values():
-        d = v.definition
-        if d.kind is DefKind.ALIAS and d.sources and v.op_class is not OpClass.UNKNOWN:
-            uf.union(v.name, *d.sources)
-    roots = {uf[n] for ob in dg.obligations if ob.node in at for n in (ob.value, ob.other) if n}
-    region = {v.name for v in dg.values() if uf[v.name] in roots}
-    kept = [
-        ob
-        for ob in dg.obligations
-        if (ob.node in at if ob.kind is ObligationKind.STRUCTURAL else uf[ob.value] in roots)
-    ]
-    names = region | {n for ob in kept for n in (ob.value, ob.other, ob.node) if n and n in dg.g}
-    todo = list(names)
-    while todo:  # definitions refer to their sources; the planner walks alias chains
-        for src in dg.value(todo.pop()).definition.sources:
-            if src not in names and src in dg.g:
-                names.add(src)
-                todo.append(src)
-    sub = DomainGraph(g=dg.g.subgraph(names), obligations=kept, form=dg.form)
-    plan = plan_repair(sub, "count")
-    plan.requants = [rq for rq in plan.requants if rq.edge[1] in region or rq.edge[0] in region]
-    plan.reclaims = {n: d for n, d in plan.reclaims.items() if n in region}
-    return plan
 
 
 # -- drawing --------------------------------------------------------------------------------------
@@ -390,7 +355,6 @@ __all__ = [
     "dot_available",
     "focus",
     "neighbourhood",
-    "plan_around",
     "short_domain",
     "statuses",
     "to_dot",

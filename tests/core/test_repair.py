@@ -91,3 +91,28 @@ def test_bytes_objective_prefers_the_small_tensor() -> None:
 def test_proved_graph_has_an_empty_plan() -> None:
     g = _cat([C, C], C, claim=C)
     assert plan_repair(g.dg).empty
+
+
+def test_only_regions_with_a_failing_obligation_are_optimised(monkeypatch) -> None:
+    """30 regions, two wrong in different ways: the plan is the same as solving
+    every region, and only those two reach z3 Optimize."""
+    from qflow.solvers.repair import Planner
+
+    g = G()
+    for i in range(30):
+        g.fact(f"m{i}", A)
+        g.fact(f"n{i}", C if i == 7 else A)
+        g.passthrough(f"cat{i}", f"m{i}", f"n{i}", claim=B if i == 20 else None)
+        g.use(f"cat{i}", f"add{i}", B if i == 20 else A)
+    solved: list[list[str]] = []
+    original = Planner._solve_region
+
+    def counting(self, ids, obs, plan):  # type: ignore[no-untyped-def]
+        solved.append(ids)
+        return original(self, ids, obs, plan)
+
+    monkeypatch.setattr(Planner, "_solve_region", counting)
+    p = plan_repair(g.dg)
+    assert sorted(rq.edge for rq in p.requants) == [("cat20", "add20"), ("n7", "cat7")]
+    assert p.reclaims == {"cat20": A}
+    assert sorted(solved) == [["cat20"], ["cat7"]]
