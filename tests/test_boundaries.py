@@ -185,6 +185,19 @@ def test_the_int_only_partitioner_detags_that_view_and_nothing_is_predicted() ->
     assert r.proved and not r.findings and r.obligations["proved"] > 0
 
 
+ORDINARY = ("conv_bn_relu6_residual", "conv_cat_skip", "attention", "linear_per_channel", "mixed_a16w8")
+
+
+@pytest.mark.parametrize("name", ORDINARY + ("seed000_control",))
+def test_stock_partitions_of_the_ordinary_models_are_predicted_clean(built, name) -> None:
+    """No false alarm: the stock TOSA partitioner exits on quantize nodes."""
+    from qflow.integrations.executorch import predict_boundaries
+
+    b = built(name)
+    r = predict_boundaries(b.exported, arm.TOSAPartitioner(arm.TosaCompileSpec(b.spec)))
+    assert r.proved and not r.findings and r.obligations["proved"] > 0, str(r)
+
+
 class _RejectQuantizeAfterCompute(OperatorSupportBase):
     """Keeps the quantize after each linear / bmm on the CPU."""
 

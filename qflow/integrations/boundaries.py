@@ -237,7 +237,10 @@ def predict_boundaries(program: Any, partitioner: Any, name: str = "") -> Report
     (aten dialect), an edge ``ExportedProgram`` or an ``EdgeProgramManager``;
     `partitioner` a ``TOSAPartitioner`` / ``EthosUPartitioner`` (its
     ``additional_checks`` included). Only the partitioner's tagging runs, on
-    a copy; nothing is compiled and `program` is not modified. The report is
+    a copy; nothing is compiled and `program` is not modified. Pass the aten
+    program for an exact prediction: it is moved to the edge dialect the way
+    ``to_edge_transform_and_lower`` does it for this partitioner (an edge
+    program made otherwise may decompose ops the partitioner would keep). The report is
     proved iff no boundary is predicted to break; the lowered-form check
     (``qflow.analyze`` of the lowered program) remains the authority.
     """
