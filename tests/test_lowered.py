@@ -144,3 +144,26 @@ def test_seed002_on_tosa_repaired_output_matches_fake_quant() -> None:
     fixed = qflow.repair(lowered)
     [out] = arm.run_tosa_reference(fixed, inputs)
     assert torch.allclose(out, converted(*inputs), atol=1e-6)
+
+
+def test_float_fed_to_an_ethosu_partition_is_read_from_vela_and_repaired(ethosu) -> None:
+    """The input side on Ethos-U: drop the CPU quantize in front of the first
+    delegate of the clean program (a copy). Vela's input block says 1 byte
+    per element; the parent feeds float32. The repair quantizes on the CPU
+    and the serialized program hands the delegate int8 again."""
+    broken = copy.deepcopy(ethosu[False])
+    ep = broken.exported_program()
+    call = next(n for n in ep.graph.nodes if n.name == "executorch_call_delegate")
+    q = call.args[1]
+    call.args = (call.args[0], q.args[0], *call.args[2:])
+    ep.graph.eliminate_dead_code()
+    ep.graph_module.recompile()
+    r = qflow.analyze(broken)
+    [f] = [f for f in r.findings if f.kind == "delegate-dtype-mismatch"]
+    assert "input 0" in f.message and "Vela command stream: element size 1" in f.message
+    assert "feeds float32" in f.message and "factor 4" in f.message
+    fixed = qflow.repair(broken)
+    assert qflow.analyze(fixed).proved
+    clean = _delegate_output_dtypes(ethosu[False].to_executorch())
+    assert "FLOAT" in _delegate_output_dtypes(broken.to_executorch())[0]  # serialized as a float delegate input
+    assert _delegate_output_dtypes(fixed.to_executorch()) == clean
