@@ -85,15 +85,20 @@ KINDS: dict[str, Kind] = {
         Kind(
             "delegate-dtype-mismatch",
             "error",
-            "a delegate output's dtype differs between the partition and the parent graph",
+            "a delegate input or output dtype differs between the partition and the parent graph",
             "A delegate boundary is a dtype edge: the dtype the backend writes must equal the dtype the "
             "parent graph declares for that executorch_call_delegate output. ExecuTorch copies the parent's "
             "meta['val'] from the partition's edge outputs before the backend runs; when a fold pass moves "
             "a dequantize into the partition (a partition ending in view/permute), the backend writes int8 "
             "while the parent still says float32 (seed 002): the runtime rejects the program, or float "
-            "consumers read int8 codes as floats.",
+            "consumers read int8 codes as floats. Inputs likewise: the dtype the parent feeds to "
+            "executorch_call_delegate must be the dtype the partition reads (its placeholder, the TOSA "
+            "flatbuffer input, Vela's input element size). Status `predicted`: reported by "
+            "predict_boundaries from the partitioner's tagging, before lowering.",
             "Make the boundary tell the truth: the delegate output is the integer dtype and a CPU "
-            "dequantize with the partition's output qparams restores the float view.",
+            "dequantize with the partition's output qparams restores the float view. For an input: "
+            "quantize on the CPU with the partition's input qparams (float fed to an integer input), or "
+            "dequantize with the fed codes' qparams (integer fed to a float input); qflow.repair does both.",
         ),
         Kind(
             "annotated-factory-op",
