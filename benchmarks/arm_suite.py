@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -49,8 +50,11 @@ def arm_test_dir() -> Path:
     return Path(list(executorch.__path__)[0]) / "backends" / "arm" / "test"
 
 
-def run(files: list[str], keyword: str, out: Path, qflow: bool) -> float:
-    """Run pytest on `files` from the Arm test folder; returns the wall time in seconds."""
+def run(files: list[str], keyword: str, out: Path, qflow: bool) -> tuple[float, float]:
+    """Run pytest on `files` from the Arm test folder: (wall, CPU) seconds.
+
+    CPU time (user + sys of pytest) is reported too because this box is
+    shared: other jobs stretch the wall time of a run, much less its CPU time."""
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEx", "-W", "ignore", "-k", keyword]
     if qflow:
@@ -62,13 +66,19 @@ def run(files: list[str], keyword: str, out: Path, qflow: bool) -> float:
     # flatc (a8w4 tests) lives next to the interpreter
     env["PATH"] = f"{Path(sys.executable).resolve().parent}{os.pathsep}{env.get('PATH', '')}"
     log = out / ("pytest.log" if qflow else "pytest-baseline.log")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _child_cpu()
     with log.open("w") as fh:
         subprocess.run(cmd + files, cwd=arm_test_dir(), env=env, stdout=fh, stderr=subprocess.STDOUT, check=False)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, _child_cpu() - c0
     tail = log.read_text().strip().splitlines()[-1:]
-    print(f"{'with' if qflow else 'without'} qflow: {wall:.0f} s — {tail[0] if tail else '?'}", file=sys.stderr)
-    return wall
+    label = "with" if qflow else "without"
+    print(f"{label} qflow: {wall:.0f} s wall, {cpu:.0f} s CPU — {tail[0] if tail else '?'}", file=sys.stderr)
+    return wall, cpu
+
+
+def _child_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def _file_of(test: str) -> str:
@@ -122,11 +132,12 @@ def tables(out: Path) -> str:
         f"Programs: {', '.join(f'{k} {v}' for k, v in sorted(s['programs_by_kind'].items()))}. "
         f"Analysis errors: {s['analysis_errors']}.",
     ]
-    if wall:
-        on, off = wall.get("with_qflow"), wall.get("without_qflow")
+    for what in ("wall", "cpu"):
+        on, off = wall.get(f"with_qflow_{what}"), wall.get(f"without_qflow_{what}")
         parts = [f"with qflow {on:.0f} s" if on else "", f"without {off:.0f} s" if off else ""]
         ratio = f" (×{on / off:.2f})" if on and off else ""
-        lines.append(f"Wall time: {', '.join(p for p in parts if p)}{ratio}.")
+        if on or off:
+            lines.append(f"{what.capitalize()} time: {', '.join(p for p in parts if p)}{ratio}.")
     lines += ["", "Error findings:" if s["error_findings"] else "Error findings: none."]
     for f in s["error_findings"]:
         lines.append(f"* `{f['program']}` ({f['outcome']}): **{f['kind']}** at `{f['node']}` — {f['message']}")
@@ -153,9 +164,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out: Path = args.out.resolve()
     wall: dict[str, Any] = {"files": args.files, "keyword": args.keyword}
-    wall["with_qflow"] = run(args.files, args.keyword, out, qflow=True)
+    wall["with_qflow_wall"], wall["with_qflow_cpu"] = run(args.files, args.keyword, out, qflow=True)
     if args.baseline:
-        wall["without_qflow"] = run(args.files, args.keyword, out, qflow=False)
+        wall["without_qflow_wall"], wall["without_qflow_cpu"] = run(args.files, args.keyword, out, qflow=False)
     (out / "wall.json").write_text(json.dumps(wall, indent=2))
     print(tables(out))
     return 0
