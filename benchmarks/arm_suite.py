@@ -132,12 +132,12 @@ def tables(out: Path) -> str:
         f"Programs: {', '.join(f'{k} {v}' for k, v in sorted(s['programs_by_kind'].items()))}. "
         f"Analysis errors: {s['analysis_errors']}.",
     ]
-    for what in ("wall", "cpu"):
+    for what, label in (("wall", "Wall"), ("cpu", "CPU")):
         on, off = wall.get(f"with_qflow_{what}"), wall.get(f"without_qflow_{what}")
         parts = [f"with qflow {on:.0f} s" if on else "", f"without {off:.0f} s" if off else ""]
         ratio = f" (×{on / off:.2f})" if on and off else ""
         if on or off:
-            lines.append(f"{what.capitalize()} time: {', '.join(p for p in parts if p)}{ratio}.")
+            lines.append(f"{label} time: {', '.join(p for p in parts if p)}{ratio}.")
     lines += ["", "Error findings:" if s["error_findings"] else "Error findings: none."]
     for f in s["error_findings"]:
         lines.append(f"* `{f['program']}` ({f['outcome']}): **{f['kind']}** at `{f['node']}` — {f['message']}")
