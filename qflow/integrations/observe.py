@@ -83,7 +83,8 @@ class TestRecord:
             "schema": SCHEMA,
             "test": self.nodeid,
             "outcome": self.outcome,
-            "proved": all(p.report is not None and p.report.proved for p in self.programs),
+            # null when the test lowered nothing: there was nothing to prove
+            "proved": all(p.report is not None and p.report.proved for p in self.programs) if self.programs else None,
             "seconds": round(self.seconds, 6),
             "programs": [p.to_json() for p in self.programs],
             "notes": list(self.notes),
