@@ -35,7 +35,8 @@ def analyze(obj: Any, form: str | None = None, name: str = "") -> Report:
     `obj` is a torch.fx.GraphModule (annotated, PT2E Q/DQ, or Arm-folded), a
     torch.export.ExportedProgram, an ExecuTorch EdgeProgramManager, a path to
     a .pt2 file, or a DomainGraph. `form` overrides the detected IR form
-    ("annotated", "qdq" or "folded").
+    ("annotated", "qdq", "folded" or "lowered"; a lowered program that
+    delegates nothing looks like a Q/DQ graph, so say "lowered" for it).
     """
     return analyze_graph(domain_graph(obj, form), name=name)
 

@@ -222,10 +222,12 @@ def _explain(args: argparse.Namespace) -> int:
 def _add_form(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--form",
-        choices=("qdq", "folded"),
+        choices=("qdq", "folded", "lowered"),
         default=None,
         help="read the graph as this IR form instead of the detected one: qdq (convert_pt2e "
-        "quantize/dequantize graph) or folded (Arm input_qparams/output_qparams after the fold pass)",
+        "quantize/dequantize graph), folded (Arm input_qparams/output_qparams after the fold pass) or "
+        "lowered (the output of to_edge_transform_and_lower: ops outside delegates run on the CPU in float; "
+        "detected when the graph calls a delegate)",
     )
 
 

@@ -167,3 +167,64 @@ def test_float_fed_to_an_ethosu_partition_is_read_from_vela_and_repaired(ethosu)
     clean = _delegate_output_dtypes(ethosu[False].to_executorch())
     assert "FLOAT" in _delegate_output_dtypes(broken.to_executorch())[0]  # serialized as a float delegate input
     assert _delegate_output_dtypes(fixed.to_executorch()) == clean
+
+
+class IntClamp(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(x, -10, 10)
+
+
+def test_unquantized_integer_ops_in_a_partition_are_plain_integer_data() -> None:
+    """An int32 clamp (no Q/DQ anywhere) lowers to maximum/minimum on int32:
+    in the folded partition that is integer data, not float compute."""
+    from qflow.integrations import arm
+
+    x = torch.randint(-50, 50, (1, 4, 8), dtype=torch.int32)
+    with arm.capture_after() as parts:
+        lowered = arm.lower(torch.export.export(IntClamp(), (x,)), (x,))
+    assert parts
+    for p in parts:
+        r = qflow.analyze(p)
+        assert r.form == "folded" and r.proved and not r.findings, str(r)
+    assert qflow.analyze(lowered).proved
+
+
+class Pool1d(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.max_pool1d(x, 2)
+
+
+@pytest.fixture(scope="module")
+def cpu_only_lowering():
+    """max_pool1d → max_pool2d_with_indices, which the TOSA partitioner does not
+    take: nothing is delegated and the CPU runs DQ → unsqueeze → pool → squeeze
+    → Q in float, requantizing after the squeeze."""
+    from qflow.integrations import arm
+
+    torch.manual_seed(4)
+    x = torch.randn(1, 4, 8)
+    converted = arm.quantize(Pool1d().eval(), (x,))
+    return converted, arm.lower(converted, (x,)), (x,)
+
+
+def test_the_cpu_side_of_a_lowered_program_computes_in_float(cpu_only_lowering) -> None:
+    converted, lowered, inputs = cpu_only_lowering
+    graph = lowered.exported_program().graph
+    assert not any("call_delegate" in str(n.target) for n in graph.nodes)
+    # read as an edge graph still to be lowered, the requant after the squeeze is a fold hazard
+    assert [f.kind for f in qflow.analyze(lowered).errors] == ["requant-after-passthrough"]
+    # read as what it is, a lowered program, it is exact ...
+    r = qflow.analyze(lowered, form="lowered")
+    assert r.form == "lowered" and r.proved and not r.findings
+    # ... and it is: the program computes what the fake-quantized model does
+    out = lowered.exported_program().module()(*inputs)
+    assert torch.equal(out, converted(*inputs))
+
+
+def test_a_cpu_side_dequantize_in_the_wrong_domain_is_still_caught(cpu_only_lowering) -> None:
+    _, lowered, _ = cpu_only_lowering
+    ep = copy.deepcopy(lowered.exported_program())
+    dq = next(n for n in ep.graph.nodes if "dequantize_per_tensor" in str(n.target))
+    dq.args = (dq.args[0], dq.args[1] * 2, *dq.args[2:])
+    r = qflow.analyze(ep, form="lowered")
+    assert not r.proved and [f.kind for f in r.errors] == ["domain-mismatch"]

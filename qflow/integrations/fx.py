@@ -36,7 +36,7 @@ from qflow.graph import (
 from qflow.integrations import activations, delegate
 from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify
 
-FORMS = ("qdq", "folded")
+FORMS = ("qdq", "folded", "lowered")
 
 _DOMAIN_FREE_DTYPES = {torch.int64, torch.bool, torch.uint16, torch.uint32, torch.uint64}
 
@@ -90,11 +90,19 @@ def _module_path(node: fx.Node) -> str | None:
 
 
 def detect_form(gm: fx.GraphModule) -> str:
-    """'folded' if the Arm fold pass annotated the graph, else 'qdq'."""
+    """'folded' if the Arm fold pass annotated the graph, 'lowered' if it calls
+    a delegate, else 'qdq'."""
+    lowered = False
     for n in gm.graph.nodes:
         if "input_qparams" in n.meta or "output_qparams" in n.meta:
             return "folded"
-    return "qdq"
+        lowered = lowered or (n.op == "call_function" and classify(target_name(n)) is OpClass.DELEGATE)
+    return "lowered" if lowered else "qdq"
+
+
+def _is_float(node: fx.Node) -> bool:
+    dt = _val_dtype(node)
+    return dt is not None and dt.is_floating_point
 
 
 class _Consts:
@@ -265,6 +273,8 @@ class FxAdapter:
             self._add_dequantize(node)
         elif self.form == "folded":
             self._add_folded(node, cls)
+        elif self.form == "lowered" and cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION) and _is_float(node):
+            self._add_cpu_float(node, cls)
         else:
             self._add_qdq_op(node, cls)
 
@@ -338,7 +348,7 @@ class FxAdapter:
         xv = self.dg.value(x.name) if x.name in self.dg.g else None
         # (an activation may pair with a rescale: a clamp then a requant is a
         # legal lowering, and backends that cannot do it leave it on the CPU)
-        if xv is not None and xv.op_class in (OpClass.PASSTHROUGH, OpClass.UNKNOWN):
+        if xv is not None and xv.op_class in (OpClass.PASSTHROUGH, OpClass.UNKNOWN) and xv.definition != float_fact():
             if xv.claim is None and not self._skip_use(x):
                 self.dg.oblige(
                     Obligation(
@@ -429,6 +439,15 @@ class FxAdapter:
             return
         self._add_unknown(node, None)
 
+    def _add_cpu_float(self, node: fx.Node, cls: OpClass) -> None:
+        """Outside the delegates of a lowered program nothing is lowered any
+        more: the portable kernels run a float op on real numbers, so a view or
+        a cat between a DQ and a Q copies reals, not codes, and the Q after it
+        is an ordinary (exact) quantize."""
+        self._value(node, cls, float_fact())
+        for i, j, a in _tensor_args(node):
+            self._use(a, node, _label(i, j), FLOAT, True)
+
     def _add_unknown(self, node: fx.Node, claim: Domain | None) -> None:
         what = target_name(node) if node.op == "call_function" else f"{node.op} {node.target}"
         reason = f"unknown op {what} (register it with qflow.ops.register)"
@@ -465,8 +484,10 @@ class FxAdapter:
                     blocking=True,
                     reason=f"{node.name} has input_qparams but no output_qparams: its output domain is not recorded",
                 )
-            else:
+            elif _is_float(node) or _val_dtype(node) is None:
                 d = float_fact()
+            else:  # integer data the quantizer left alone (an int32 clamp → maximum/minimum)
+                d = Definition(DefKind.FREE, blocking=True, reason=f"{node.name}: unquantized integer data")
             if node.name not in self.dg.g:
                 self._value(node, cls, d)
         else:
@@ -480,7 +501,7 @@ class FxAdapter:
                 # the declared grid, which the backend handles: compare grids.
                 kept_dq = self._op_class(a) is OpClass.DEQUANTIZE
                 self._use(a, node, _label(i, j), declared[i], None if kept_dq else False)
-            elif cls is OpClass.COMPUTE and not quantized:
+            elif cls is OpClass.COMPUTE and not quantized and self.dg.value(node.name).definition == float_fact():
                 self._use(a, node, _label(i, j), FLOAT, True)
             else:
                 self.dg.add_use(a.name, node.name, _label(i, j))

@@ -246,7 +246,8 @@ class Observer:
         error: str | None = None
         with _rng_preserved():
             try:
-                report = analyze(obj, name=name)
+                # a lowered program runs its non-delegated ops on the CPU in float
+                report = analyze(obj, form="lowered" if kind == "lowered" else None, name=name)
             except Exception as e:
                 error = f"{type(e).__name__}: {e}"
         rec.programs.append(Program(kind, name, time.perf_counter() - t0, report, error))
