@@ -105,15 +105,18 @@ def conv_reads_activation_domain() -> bool:
     return hasattr(RewriteConvPass, "_get_effective_output_qparams")
 
 
-def left_without_domain(producer: str, activation: str) -> str:
+def left_without_domain(prod: fx.Node, activation: str) -> str:
     """What the installed Arm backend does with a producer whose output domain
     only its (unfused) activation records."""
+    from qflow.integrations.fx import target_name
+
+    producer = prod.name
     if not conv_reads_activation_domain():
         return (
             f"RewriteConvPass reads {producer}'s own output_qparams and fails with 'No output quantization "
             "parameter found' (seed 001, executorch ≤ 1.2)"
         )
-    if producer.startswith("linear") or "_linear" in producer:
+    if base_name(target_name(prod)) == "linear":
         return (
             f"the installed RewriteConvPass reads the domain from a clamp only when it is the conv's direct "
             f"user, but DecomposeLinearPass turns {producer} into view → conv2d → view, so the conv's user is "
@@ -172,7 +175,7 @@ def note_inferred(dg: DomainGraph, producer: fx.Node, activation: fx.Node, d: Do
                 f"{activation.name} (an activation left unfused). qflow infers {d} (the activation's domain over "
                 f"the full code range: the rescale saturates to the dtype, the clamp enforces the bounds). Passes "
                 f"that need {producer.name}'s own output domain: RewriteConvPass (conv / decomposed linear). "
-                f"Here: {left_without_domain(producer.name, activation.name)}."
+                f"Here: {left_without_domain(producer, activation.name)}."
             ),
         )
     )
@@ -207,7 +210,7 @@ def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str) -> None:
     else:  # no quantize between producer and activation: the producer has no domain of its own
         detail = (
             f"{numbers}, so it is not fuseable and stays an explicit clamp, leaving {prod.name} without an "
-            f"output domain of its own: {left_without_domain(prod.name, node.name)}."
+            f"output domain of its own: {left_without_domain(prod, node.name)}."
         )
     dg.oblige(
         Obligation(

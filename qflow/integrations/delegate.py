@@ -30,6 +30,15 @@ ITEMSIZE = {"bool": 1, "int4": 1, "int8": 1, "uint8": 1, "int16": 2, "int32": 4,
 ITEMSIZE |= {"bfloat16": 2, "float32": 4, "float64": 8}
 
 
+def _evidence(backend_dtype: str | None, folded_dtype: str | None, artifact: str) -> str:
+    """Where a boundary dtype was read, the most authoritative source first."""
+    if backend_dtype:
+        return f"the backend artifact ({artifact})"
+    if folded_dtype:
+        return "the partition after the backend's FoldAndAnnotateQParamsPass"
+    return "the partition program"
+
+
 @dataclass
 class BoundaryOutput:
     """One output of a partition, as the partition itself produces it."""
@@ -49,11 +58,7 @@ class BoundaryOutput:
 
     @property
     def evidence(self) -> str:
-        if self.backend_dtype:
-            return f"the backend artifact ({self.artifact})"
-        if self.folded_dtype:
-            return "the partition after the backend's FoldAndAnnotateQParamsPass"
-        return "the partition program"
+        return _evidence(self.backend_dtype, self.folded_dtype, self.artifact)
 
 
 @dataclass
@@ -73,11 +78,7 @@ class BoundaryInput:
 
     @property
     def evidence(self) -> str:
-        if self.backend_dtype:
-            return f"the backend artifact ({self.artifact})"
-        if self.folded_dtype:
-            return "the partition after the backend's FoldAndAnnotateQParamsPass"
-        return "the partition program"
+        return _evidence(self.backend_dtype, self.folded_dtype, self.artifact)
 
 
 def compatible(a: str, b: str) -> bool:
