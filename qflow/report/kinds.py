@@ -69,9 +69,13 @@ KINDS: dict[str, Kind] = {
             "not cut inside that range (relu: zero_point == qmin). ExecuTorch Arm ≥ the 'fuse by setting "
             "qmin to zp' change fuses relu regardless and nothing enforces the narrowed qmin: negative "
             "values leak (measured on the TOSA reference model). The default Arm quantizer produces this "
-            "whenever a fused relu's output domain is shared with a signed tensor (cat).",
-            "Give the activation its own domain with zero_point == qmin and requantize into the shared "
-            "domain after it, or keep the activation as an explicit clamp.",
+            "whenever a fused relu's output domain is shared with a signed tensor (cat); 1.5.1 also fuses "
+            "hardtanh(0, x) / nn.ReLU6 whenever x reaches the top of the domain. Severity warning: the "
+            "installed pass does not fuse it, so it stays an explicit clamp, but the producer is left without "
+            "an output domain of its own (seed 001's shape: the message says what the installed backend does "
+            "with that, e.g. 1.5.1 fails on a linear producer).",
+            "Give the activation its own domain with zero_point == qmin (and, for a bounded activation, "
+            "its upper bound on qmax) and requantize into the shared domain after it: qflow.repair does.",
         ),
         Kind(
             "unenforced-narrow-range",
@@ -123,8 +127,11 @@ KINDS: dict[str, Kind] = {
             "warning",
             "a quantized op has no recorded output domain",
             "The op consumes integer codes but its output domain is not recorded, so nothing after it "
-            "can be proved (seed 001: a conv left without output_qparams after a non-fuseable "
-            "activation; RewriteConvPass then crashes or guesses).",
+            "can be proved. Seed 001's shape (a conv/linear without output_qparams, its unfused activation "
+            "with them) is the exception: the rescale targets the activation's domain and the clamp "
+            "enforces the bounds, so qflow infers the producer's domain through the activation and warns, "
+            "naming the passes that need it explicitly (RewriteConvPass: executorch ≤ 1.2 crashes; 1.5.1 "
+            "handles a conv but not a decomposed linear).",
             "Give the producer an explicit output domain (a quantize after it).",
         ),
     )
