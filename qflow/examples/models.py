@@ -473,20 +473,8 @@ def lower_attention(force_view_exit: bool, backend: str = "ethosu") -> tuple[Edg
     """The attention example lowered with EthosUPartitioner("ethos-u85-256")
     (Vela compiles offline) or TOSAPartitioner("TOSA-1.0+INT"), optionally
     with every partition forced to exit at a view (seed 002)."""
-    torch.manual_seed(2)
-    model, inputs = Attention().eval(), (torch.randn(1, 4, 8),)
-    checks = [RejectQuantizeAfterView()] if force_view_exit else None
-    part: Any
-    if backend == "ethosu":
-        spec: Any = EthosUCompileSpec(arm.ETHOSU_TARGET)
-        quantizer = EthosUQuantizer(spec).set_global(get_symmetric_quantization_config())
-        part = EthosUPartitioner(spec, additional_checks=checks)
-    else:
-        spec = TosaCompileSpec(arm.DEFAULT_SPEC)
-        quantizer = TOSAQuantizer(spec).set_global(get_symmetric_quantization_config())
-        part = TOSAPartitioner(spec, additional_checks=checks)
-    converted = arm.quantize(model, inputs, quantizer=quantizer)
-    exported = torch.export.export(converted, inputs)
+    checks: list[OperatorSupportBase] | None = [RejectQuantizeAfterView()] if force_view_exit else None
+    exported, part, converted, _ = attention_program(checks, backend)
     lowered = to_edge_transform_and_lower(
         exported, partitioner=[part], compile_config=EdgeCompileConfig(_check_ir_validity=False)
     )
