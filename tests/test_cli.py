@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from builder import A, B, C, G
+from builder import A, C, G, seed000_folded
 
 from qflow.analysis import analyze_graph
 from qflow.cli import FORMATS, bundled_examples, fails, main
@@ -193,11 +193,7 @@ def _reports() -> list[Report]:
     g.passthrough("cat", "mul", claim=A)
     g.use("cat", "add", A)
     out.append(analyze_graph(g.dg))
-    g = G()
-    g.fact("mul", A)
-    g.fact("mul_1", A)
-    g.passthrough("cat", "mul", "mul_1", claim=B)
-    g.use("cat", "add", B)
+    g = seed000_folded()
     out.append(analyze_graph(g.dg))
     g = G()
     g.fact("conv", A)

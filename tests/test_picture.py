@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from builder import A, B, C, G
+from builder import A, B, C, G, seed000_folded
 
 from qflow.analysis import analyze_graph
 from qflow.cli import main
@@ -55,21 +55,11 @@ def by_name(nodes: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     return {a["label"].split("\\n")[0]: a for a in nodes.values()}
 
 
-def seed000_folded() -> DomainGraph:
-    """Seed 000 after the Arm fold: cat claims int16 while it copies int8 codes."""
-    g = G()
-    g.fact("mul", A)
-    g.fact("mul_1", A)
-    g.passthrough("cat", "mul", "mul_1", claim=B)
-    g.use("cat", "add", B)
-    return g.dg
-
-
 # -- hand-built graphs (torch-free) ----------------------------------------------------------------
 
 
 def test_violation_is_red_edges_carry_domains_and_the_requant_is_marked() -> None:
-    nodes, edges = parse(to_dot([program(seed000_folded())]))
+    nodes, edges = parse(to_dot([program(seed000_folded().dg)]))
     named = by_name(nodes)
     cat = named["cat"]
     assert (cat["fillcolor"], cat["class"]) == (COLOURS["violated"][0], "violated")

@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import xmlschema
-from builder import A, B, G
+from builder import A, G, seed000_folded
 
 from qflow.analysis import analyze_graph
 from qflow.report import KINDS, Finding, Report, render_junit, render_markdown, render_sarif
@@ -36,11 +36,7 @@ def junit_schema() -> xmlschema.XMLSchema:
 
 def failing(source: str | None = f"{MODEL}:132") -> Report:
     """Seed 000's folded shape: cat claims int16 while it copies int8 codes."""
-    g = G()
-    g.fact("mul", A)
-    g.fact("mul_1", A)
-    g.passthrough("cat", "mul", "mul_1", claim=B)
-    g.use("cat", "add", B)
+    g = seed000_folded()
     r = analyze_graph(g.dg, name="seed000 partition 0")
     [f] = r.findings
     f.source = source

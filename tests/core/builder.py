@@ -77,3 +77,13 @@ def noq(g: G, name: str, src: str, d: Domain) -> None:
             finding_kind="requant-after-passthrough",
         )
     )
+
+
+def seed000_folded() -> G:
+    """Seed 000 after the Arm fold: cat claims int16 while it copies int8 codes."""
+    g = G()
+    g.fact("mul", A)
+    g.fact("mul_1", A)
+    g.passthrough("cat", "mul", "mul_1", claim=B)
+    g.use("cat", "add", B)
+    return g
