@@ -1,0 +1,30 @@
+"""The Arm backend (TOSA 1.0 INT / INT+int16; Ethos-U and VGF lower through the same passes).
+
+The op rules are measured by the contract probe (`tests/contracts/`) on
+executorch 1.5.1 with the TOSA reference model.
+"""
+
+from __future__ import annotations
+
+from qflow.targets.contract import Fusion, OpRule, Outcome, Target
+
+TARGET = Target(
+    name="arm-tosa",
+    description="ExecuTorch Arm backend: TOSA 1.0 INT (+int16), Ethos-U, VGF",
+    op_rules={
+        # TOSA NEGATE applies the two zero points and keeps the scale.
+        "neg": OpRule.ZP_ONLY,
+        # The fold moves both domains onto the clamp and copies the codes.
+        "relu": OpRule.CODE_COPY,
+        "relu_": OpRule.CODE_COPY,
+        "relu6": OpRule.CODE_COPY,
+        "hardtanh": OpRule.CODE_COPY,
+        "hardtanh_": OpRule.CODE_COPY,
+        "clamp": OpRule.CODE_COPY,
+        "clamp_": OpRule.CODE_COPY,
+    },
+    fusion=Fusion.NARROW_QMIN,
+    int16_zero_point_zero=True,
+    backend_ids=frozenset({"TOSABackend", "EthosUBackend", "VgfBackend"}),
+    outcome=Outcome.MISCOMPILE,
+)

@@ -1,0 +1,71 @@
+"""What a target is: one backend's contract for quantization domains.
+
+A target says, for each op qflow knows, how that backend lowers a domain change
+across it, how it fuses activations, and which dtype / zero-point rules it
+enforces. The FX reader asks the target; it knows no backend itself. Contracts
+are measured against the real backend by the contract probe
+(`tests/contracts/`), not believed.
+
+Torch-free: targets are data.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class OpRule(enum.Enum):
+    """How a backend lowers an op whose output domain differs from its input's."""
+
+    RESCALE = "rescale"  # any output domain is realised (a real requant)
+    ZP_ONLY = "zp-only"  # zero points are applied, the scale is kept: the scales must agree
+    CODE_COPY = "code-copy"  # codes are copied: the output must be the input's domain
+    CPU_FLOAT = "cpu-float"  # the partitioner leaves it on the CPU in float: exact
+
+
+#: Strictness order: the generic target takes the strictest rule of all targets.
+STRICTNESS = (OpRule.CPU_FLOAT, OpRule.RESCALE, OpRule.ZP_ONLY, OpRule.CODE_COPY)
+
+
+class Fusion(enum.Enum):
+    """How a backend folds conv/linear → relu/hardtanh/clamp → quantize."""
+
+    NARROW_QMIN = "narrow-qmin"  # drops the clamp, narrows qmin to zp: wrong when the bounds cut inside
+    CODE_CLAMP = "code-clamp"  # clamps in code space (output_min/max): exact for any zero point
+    EXACT_ONLY = "exact-only"  # fuses only when dropping the clamp is exact
+
+
+class Outcome(enum.Enum):
+    """What a broken obligation does on a target."""
+
+    MISCOMPILE = "silent miscompile"
+    REFUSED_AT_LOWERING = "refused at lowering"
+    REFUSED_AT_LOAD = "refused at load"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One backend's contract. `op_rules` maps op base names to the rule the
+    backend applies; an op absent from it keeps its PT2E meaning (compute ops
+    rescale, pass-through ops copy codes)."""
+
+    name: str
+    description: str
+    op_rules: Mapping[str, OpRule] = field(default_factory=dict)
+    fusion: Fusion = Fusion.EXACT_ONLY
+    #: Producers an activation fuses into.
+    fusion_producers: frozenset[str] = frozenset({"conv1d", "conv2d", "conv3d", "convolution", "linear"})
+    #: int16 tensors must have zero point 0 (TOSA).
+    int16_zero_point_zero: bool = False
+    #: ExecuTorch backend ids whose delegates this target describes.
+    backend_ids: frozenset[str] = frozenset()
+    #: What a code-copy / zp-only violation does on this target.
+    outcome: Outcome = Outcome.MISCOMPILE
+    #: The targets a generic contract was combined from (empty for a real backend).
+    members: tuple[str, ...] = ()
+
+    def rule(self, op: str) -> OpRule | None:
+        """The backend's rule for op base name `op`, or None (PT2E meaning)."""
+        return self.op_rules.get(op)

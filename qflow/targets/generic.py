@@ -1,0 +1,36 @@
+"""The generic target: sound for every shipped target at once.
+
+An obligation holds only if it holds on all of them: each op takes the
+strictest rule any target applies, activations fuse only where that is exact
+everywhere. Findings name the targets on which the program breaks.
+"""
+
+from __future__ import annotations
+
+from qflow.targets.contract import STRICTNESS, Fusion, OpRule, Target
+
+
+def combine(name: str, members: list[Target]) -> Target:
+    rules: dict[str, OpRule] = {}
+    for t in members:
+        for op, r in t.op_rules.items():
+            if op not in rules or STRICTNESS.index(r) > STRICTNESS.index(rules[op]):
+                rules[op] = r
+    fusion = Fusion.NARROW_QMIN if any(t.fusion is Fusion.NARROW_QMIN for t in members) else Fusion.EXACT_ONLY
+    return Target(
+        name=name,
+        description="every shipped target at once: " + ", ".join(t.name for t in members),
+        op_rules=rules,
+        fusion=fusion,
+        int16_zero_point_zero=any(t.int16_zero_point_zero for t in members),
+        members=tuple(t.name for t in members),
+    )
+
+
+def _members() -> list[Target]:
+    from qflow.targets import arm, xnnpack
+
+    return [arm.TARGET, xnnpack.TARGET]
+
+
+TARGET = combine("generic", _members())
