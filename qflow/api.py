@@ -46,27 +46,86 @@ def plan(obj: Any, form: str | None = None, objective: str = "count") -> Plan:
     return plan_repair(domain_graph(obj, form), objective)
 
 
-def repair(obj: Any, form: str | None = None, objective: str = "count") -> Any:
+def repair(obj: Any, form: str | None = None, objective: str = "count", target: Any = None) -> Any:
     """A copy of `obj`, of the same kind, with the minimal set of requants inserted.
 
-    `objective` is "count" (fewest requants) or "bytes" (least data moved).
-    An already-proved graph is returned unchanged (the same object). Raises
-    `ProofError` when the repaired graph still does not prove (unknown ops,
-    missing facts), so a repair never hands back a graph it cannot vouch for.
+    `obj` is anything `analyze` takes; a `.pt2` path is loaded and the repaired
+    `ExportedProgram` returned. `objective` is "count" (fewest requants) or
+    "bytes" (least data moved); `target` names the backend whose rules a
+    requant must respect (int16 zero point 0 on TOSA and the generic target).
+    A proved program with no warning is returned unchanged (the same object):
+    repair never touches a program it can already vouch for. Raises
+    `ProofError` (carrying the report, whose notes say what blocks the repair)
+    when the repaired graph still does not prove or nothing can repair it, and
+    `InputError` when the plan would change the inside of a compiled delegate.
     """
-    import copy
+    fixed, _, _ = repair_with_plan(obj, form, objective, target)
+    return fixed
 
-    from qflow.integrations.load import graph_module_of
+
+def repair_with_plan(
+    obj: Any, form: str | None = None, objective: str = "count", target: Any = None, name: str = ""
+) -> tuple[Any, Plan, Report]:
+    """`repair`, also returning the plan carried out and the repaired program's
+    report (its JSON has a ``"repair"`` entry counting every change)."""
+    import copy
+    from pathlib import Path
+
+    from qflow import targets
+    from qflow.integrations.load import graph_module_of, load_program
     from qflow.integrations.rewrite import apply_plan
 
+    if isinstance(obj, (str, Path)):
+        obj = load_program(obj)
     dg = domain_graph(obj, form)
-    p = plan_repair(dg, objective)
-    if p.empty:
-        return obj
+    before = analyze_graph(dg, name=name)
+    t = targets.get(target)
+    p = plan_repair(dg, objective, int16_zero_point_zero=t.int16_zero_point_zero)
+    if before.proved:
+        # never repair what already proves; only a warning's own fix (an
+        # activation given the exactly fuseable domain it already has in
+        # meaning) is carried out, and nothing else
+        warned = {f.node for f in before.findings if f.severity in ("error", "warning")}
+        p = Plan(
+            activation_domains={
+                q: d for q, d in p.activation_domains.items() if _activation_of(dg, q) in warned and _same_meaning(*d)
+            },
+            objective=objective,
+        )
+        if p.empty:
+            before.repair = p.to_json()
+            return obj, p, before
+    elif p.empty:
+        raise ProofError(_blocked(before, p))
     repaired = copy.deepcopy(obj)
     gm, _ = graph_module_of(repaired)
     apply_plan(gm, p)
-    report = analyze(repaired, form=dg.form)
-    if not report.proved:
-        raise ProofError(report)
-    return repaired
+    after = analyze(repaired, form=dg.form, name=name)
+    after.repair = p.to_json()
+    if not after.proved:
+        raise ProofError(_blocked(after, p))
+    return repaired, p, after
+
+
+def _activation_of(dg: DomainGraph, q: str) -> str | None:
+    """The activation whose quantize `q` is (the node its finding names)."""
+    for ob in dg.obligations:
+        if ob.finding_kind == "non-fuseable-activation" and ob.edge and ob.edge[1] == q:
+            return ob.node
+    return None
+
+
+def _same_meaning(old: Any, own: Any) -> bool:
+    """An activation's own domain keeps the numbers: zero point at qmin (the
+    clamp at 0 is exact), a grid no coarser than the old one (at most one
+    extra rounding step), the same dtype."""
+    return own.dtype == old.dtype and own.zero_point == own.qmin and float(own.scale) <= float(old.scale)
+
+
+def _blocked(report: Report, p: Plan) -> Report:
+    """`report` with notes saying why no repair makes it prove."""
+    why = p.reasons or [f"{ob.node}: {ob.finding_kind} ({ob.arg or ob.value})" for ob in p.unrepairable]
+    if not why:
+        why = [f"{f.node}: {f.kind} ({f.status})" for f in report.findings if f.status != "proved"]
+    report.notes = [*report.notes, *(f"repair blocked: {w}" for w in why or ["no requant discharges the failures"])]
+    return report
