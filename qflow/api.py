@@ -56,8 +56,10 @@ def repair(obj: Any, form: str | None = None, objective: str = "count", target: 
     A proved program with no warning is returned unchanged (the same object):
     repair never touches a program it can already vouch for. Raises
     `ProofError` (carrying the report, whose notes say what blocks the repair)
-    when the repaired graph still does not prove or nothing can repair it, and
-    `InputError` when the plan would change the inside of a compiled delegate.
+    when the repaired graph still does not prove or nothing can repair it. A
+    change inside a delegate of a lowered program is made on its partition,
+    which the same backend then lowers again; `InputError` names the delegate
+    when that is impossible.
     """
     fixed, _, _ = repair_with_plan(obj, form, objective, target)
     return fixed
@@ -73,7 +75,7 @@ def repair_with_plan(
 
     from qflow import targets
     from qflow.integrations.load import graph_module_of, load_program
-    from qflow.integrations.rewrite import apply_plan
+    from qflow.integrations.rewrite import apply_plan, relower_delegates, split_plan
 
     if isinstance(obj, (str, Path)):
         obj = load_program(obj)
@@ -99,7 +101,9 @@ def repair_with_plan(
         raise ProofError(_blocked(before, p))
     repaired = copy.deepcopy(obj)
     gm, _ = graph_module_of(repaired)
-    apply_plan(gm, p)
+    parent, inside = split_plan(p)
+    relower_delegates(gm, inside)  # a change inside a delegate: its partition, lowered again
+    apply_plan(gm, parent)
     after = analyze(repaired, form=dg.form, name=name)
     after.repair = p.to_json()
     if not after.proved:

@@ -11,6 +11,7 @@ dequantize/quantize pair. Folded pass-through ops get their claimed
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -199,3 +200,57 @@ def apply_plan(gm: fx.GraphModule, plan: Plan) -> None:
         _true_boundary(gm, ops, nodes[name], d)
     gm.graph.lint()
     gm.recompile()
+
+
+def split_plan(plan: Plan) -> tuple[Plan, dict[str, Plan]]:
+    """The plan's changes to the parent graph, and those inside each delegate
+    (``lowered_module_N``), with the delegate prefix taken off the node names."""
+
+    def where(name: str) -> tuple[str | None, str]:
+        if DELEGATE_SEP in name:
+            d, inner = name.split(DELEGATE_SEP, 1)
+            return d, inner
+        return None, name
+
+    parent = Plan(objective=plan.objective)
+    inside: dict[str, Plan] = {}
+
+    def bucket(d: str | None) -> Plan:
+        return parent if d is None else inside.setdefault(d, Plan(objective=plan.objective))
+
+    for rq in plan.requants:
+        (d0, a), (d1, b) = where(rq.edge[0]), where(rq.edge[1])
+        if d0 != d1:
+            raise InputError(f"the plan puts a requant across the boundary of a delegate: {rq.edge}", rq.edge[1])
+        bucket(d0).requants.append(replace(rq, edge=(a, b)))
+    for attr in ("reclaims", "activation_domains", "boundaries"):
+        for name, v in getattr(plan, attr).items():
+            d, inner = where(name)
+            getattr(bucket(d), attr)[inner] = v
+    return parent, inside
+
+
+def relower_delegates(gm: fx.GraphModule, inside: dict[str, Plan]) -> None:
+    """Carry out each delegate's part of a plan where it can be: on a copy of
+    the partition as it was handed to the backend, lowered again by the same
+    backend with the same compile specs, in place of the old delegate."""
+    import copy
+
+    from executorch.exir.backend.backend_api import to_backend
+
+    for name, sub in inside.items():
+        lowered = getattr(gm, name, None)
+        original = getattr(lowered, "original_module", None)
+        if original is None:
+            raise InputError(f"the repair would change the delegate {name}, which has no partition program", name)
+        part = copy.deepcopy(original)
+        apply_plan(part.graph_module, sub)
+        try:
+            new = to_backend(lowered.backend_id, part, list(lowered.compile_specs))
+        except Exception as e:  # the backend's own error, whatever its kind
+            raise InputError(
+                f"the repaired partition of the delegate {name} does not lower again on {lowered.backend_id}: "
+                f"{type(e).__name__}: {e}; repair the program before lowering instead",
+                name,
+            ) from e
+        setattr(gm, name, new)

@@ -207,7 +207,7 @@ class Planner:
             # the consumer is a pass-through op of the region: a requant there is
             # written into that op's own (physical) domain, which must then hold
             after = obligation_formula(self.enc, ob, self.enc.var(ob.edge[1]), rhs)
-            return [z3.Or(holds, z3.And(self.r(ob.edge), after))]
+            return [z3.If(self.r(ob.edge), after, holds)]
         return [z3.Or(z3.And(self.r(ob.edge), self._writable(ob.value, ob.expected, ob.expected_real)), holds)]
 
     def _writable(self, source: str, target: Domain, target_real: bool | None) -> z3.BoolRef:
