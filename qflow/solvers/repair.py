@@ -101,7 +101,7 @@ class Plan:
             f"{c['requants']} requant(s) inserted",
             f"{c['reclaims']} claim(s) corrected",
             f"{c['activation_domains']} activation domain(s) given",
-            f"{c['boundaries']} delegate boundar(y/ies) made integer",
+            f"{c['boundaries']} delegate output(s) made integer",
         ]
         return ", ".join(parts)
 
