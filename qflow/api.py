@@ -83,17 +83,14 @@ def repair_with_plan(
     before = analyze_graph(dg, name=name)
     t = targets.get(target)
     p = plan_repair(dg, objective, int16_zero_point_zero=t.int16_zero_point_zero)
+    # an activation's own domain must keep the numbers (else the finding stays)
+    p.activation_domains = {q: d for q, d in p.activation_domains.items() if _same_meaning(*d)}
     if before.proved:
         # never repair what already proves; only a warning's own fix (an
-        # activation given the exactly fuseable domain it already has in
-        # meaning) is carried out, and nothing else
+        # activation given a domain of the same meaning) is carried out
         warned = {f.node for f in before.findings if f.severity in ("error", "warning")}
-        p = Plan(
-            activation_domains={
-                q: d for q, d in p.activation_domains.items() if _activation_of(dg, q) in warned and _same_meaning(*d)
-            },
-            objective=objective,
-        )
+        own = {q: d for q, d in p.activation_domains.items() if _activation_of(dg, q) in warned}
+        p = Plan(activation_domains=own, objective=objective)
         if p.empty:
             before.repair = p.to_json()
             return obj, p, before

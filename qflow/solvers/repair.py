@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import z3
 
@@ -221,14 +222,23 @@ class Planner:
             return z3.And(t.dt != 0, z3.Not(t.real))
         return z3.BoolVal(False, self.ctx)
 
-    def identity(self, name: str, candidates: list[Domain]) -> list[z3.BoolRef]:
+    def identity(self, name: str, candidates: list[Domain], obs: list[Obligation] = ()) -> list[z3.BoolRef]:  # type: ignore[assignment]
         """A pass-through op's codes equal every input's, unless a requant sits
         on that input; a requant on an input makes the op's domain one of the
         region's insertable `candidates` (never a float or a made-up range) in
-        the input's representation (codes stay codes, real numbers stay real)."""
+        the input's representation (codes stay codes, real numbers stay real),
+        and no coarser than what each direct consumer declares unless it is
+        exactly that: a second requant after a coarser grid would round twice
+        and change what the model computes."""
         out = []
         t = self.enc.var(name)
         one_of = z3.Or(*[self.enc.eq(t, self.enc.literal(c), with_real=False) for c in candidates], self.ctx)
+        fine = [
+            z3.Or(self.enc.same_meaning(t, self.enc.literal(o.expected)), t.s <= Fraction(float(o.expected.scale)))  # type: ignore[arg-type]
+            for o in obs
+            if o.value == name and o.expected is not None and insertable(o.expected, False)
+        ]
+        one_of = z3.And(one_of, *fine) if fine else one_of
         for s in self.dg.value(name).definition.sources:
             rq = self.r((s, name))
             out.append(z3.Or(rq, self.enc.eq(t, self.enc.var(s))))
@@ -342,7 +352,7 @@ class Planner:
         for n in names - set(ids):
             out += self.enc.define(n, self.dg.value(n).definition)
         for n in ids:
-            out += self.identity(n, cands)
+            out += self.identity(n, cands, obs)
         for ob in obs:
             out += self.constraints(ob)
         return out
