@@ -177,36 +177,30 @@ def _arm_partitions(path: Path, spec: str) -> list[tuple[str, Any]]:
 def _repair(args: argparse.Namespace) -> int:
     import torch
 
-    from qflow.api import analyze, plan, repair
+    from qflow import api
     from qflow.integrations.load import load_program
 
     src, dst = Path(args.input), Path(args.output)
     try:
         ep = load_program(src)
-        t = args.target
-        before = analyze(ep, form=args.form, name=src.name, target=t)
-        p = plan(ep, form=before.form, objective=args.objective, target=t)  # warnings may have a repair too
-        fixed = repair(ep, form=before.form, objective=args.objective, target=t) if not p.empty else ep
-        after = analyze(fixed, form=before.form, name=dst.name, target=t)
+        fixed, p, after = api.repair_with_plan(
+            ep, form=args.form, objective=args.objective, target=args.target, name=dst.name
+        )
     except ProofError as e:
         print(f"qflow: {src}: cannot repair: the repaired graph does not prove\n{e.report}", file=sys.stderr)
         return EXIT_NOT_PROVED
     except QflowError as e:
         print(f"qflow: {src}: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if not after.proved:  # nothing a requant can fix (unknown ops, missing facts)
-        print(f"qflow: {src}: cannot repair: no requant discharges these\n{after}", file=sys.stderr)
-        return EXIT_NOT_PROVED
     try:
         torch.export.save(fixed, dst)
     except OSError as e:
         print(f"qflow: cannot write {dst}: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    what = (
-        "already proved, saved unchanged"
-        if p.empty
-        else f"{len(p.requants)} requant(s) inserted, {len(p.reclaims)} claim(s) corrected"
-    )
+    what = "already proved, saved unchanged" if fixed is ep else p.summary()
+    delegates = p.delegates()
+    if delegates:
+        what += f" (lowered again: {', '.join(delegates)})"
     ob = after.obligations
     print(f"qflow: {src} → {dst}: {what}; PROVED ({ob.get('proved', 0)} obligations)")
     return EXIT_PROVED

@@ -47,6 +47,8 @@ class Report:
     stats: dict[str, float] = field(default_factory=dict)
     #: The propagated lattice element of every value (for pictures and debugging).
     domains: dict[str, str] = field(default_factory=dict, repr=False)
+    #: The repair carried out to get this program (`Plan.to_json()`), when it is a repair's result.
+    repair: dict[str, Any] | None = None
 
     @property
     def errors(self) -> list[Finding]:
@@ -63,7 +65,7 @@ class Report:
             "obligations": dict(self.obligations),
             "notes": list(self.notes),
             "stats": dict(self.stats),
-        }
+        } | ({"repair": self.repair} if self.repair is not None else {})
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2)
