@@ -481,12 +481,44 @@ def _xnnpack_payload(d: Delegate, prefix: str) -> PayloadIO:
     )
 
 
-def payload_io(d: Delegate, prefix: str, fed: list[Domain | None]) -> PayloadIO:
+_VELA_ITEM = {1: "int8", 2: "int16"}  # 4 bytes is int32 or float32: Vela knows bytes, not types
+
+
+def _vela_payload(d: Delegate, fed: list[str], declared: list[str]) -> PayloadIO:
+    """Ethos-U: Vela's command stream states each IO tensor's element size, not
+    its type or domain. A size that agrees with the program's dtype confirms it;
+    another names the dtype the NPU really reads or writes."""
+    from qflow.integrations.delegate import _vela_io_elem_sizes  # the one Vela block reader (imports torch)
+
+    sizes = _vela_io_elem_sizes(d.payload)
+    if sizes is None or len(sizes["inputs"]) != len(fed) or len(sizes["outputs"]) != len(declared):
+        return PayloadIO(None, None, "Vela command stream (unreadable)")
+
+    def side(seen: list[str], ns: list[int]) -> list[tuple[str, Domain | None]]:
+        return [
+            (t if _ITEMSIZE.get(t) == n else _VELA_ITEM.get(n, f"{n}-byte"), None)
+            for t, n in zip(seen, ns, strict=True)
+        ]
+
+    return PayloadIO(
+        side(fed, sizes["inputs"]),
+        side(declared, sizes["outputs"]),
+        "Vela command stream",
+        None,
+        "Vela's command stream records element sizes, not quantization domains",
+    )
+
+
+def payload_io(
+    d: Delegate, prefix: str, fed: list[Domain | None], fed_dtypes: list[str], declared: list[str]
+) -> PayloadIO:
     """Read a delegate's payload with the reader of its backend."""
     if d.backend_id == "XnnpackBackend":
         return _xnnpack_payload(d, prefix)
     if d.backend_id == "TOSABackend":
         return _tosa_payload(d, fed)
+    if d.backend_id == "EthosUBackend":
+        return _vela_payload(d, fed_dtypes, declared)
     return PayloadIO(None, None, f"{d.backend_id} payload (no reader)")
 
 
@@ -745,7 +777,13 @@ class _Builder:
             raise InputError(f"delegate call to delegate {di}, which the plan does not list", self._where(call))
         d = self.plan.delegates[di]
         prefix = f"{self.prefix}delegate_{di}"
-        io = payload_io(d, prefix, [self.fed_domain(i) for i in ins])
+        io = payload_io(
+            d,
+            prefix,
+            [self.fed_domain(i) for i in ins],
+            [self.ev(i).dtype or "?" for i in ins],
+            [self.ev(i).dtype or "?" for i in outs],
+        )
         call_name = self.add(
             None,
             prefix,
