@@ -9,14 +9,15 @@ scales), so the artifact states each tensor's domain outright. What can go
 wrong is a node that cannot realise the change its two tensors declare:
 
 * code-copying nodes (max pooling, concatenate, copy, static reshape /
-  transpose / slice / constant pad, resize, clamp) copy integer codes, so their
+  transpose / slice / constant pad, resize) copy integer codes, so their
   output's parameters must equal their input's (every input's, for a
   concatenate) — qflow's pass-through rule, checked by the prover with the
   node's output parameters as its *claim*;
 * a fused activation's ``output_min`` / ``output_max`` (real units) must leave
   a non-empty code range on the output tensor;
-* converts, convolutions, fully-connected, add, … rescale: their output
-  parameters are facts.
+* converts, convolutions, fully-connected, add, clamp (XNNPACK's unary
+  operators requantize: a relu6 lowered as a clamp from zp 2 to zp -128 runs
+  right), … rescale: their output parameters are facts.
 
 Value names are ``v<id>`` for graph inputs and constants and
 ``<node index>:<node type>`` for node outputs, so a finding names the
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
-from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
+from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value
 from qflow.ops import OpClass
 
 _NS = "qflow_fb_xnnpack"
@@ -70,7 +71,6 @@ CODE_COPY = frozenset(
         "XNNStaticSlice",
         "XNNStaticConstantPad",
         "XNNStaticResizeBilinear2D",
-        "XNNClamp",
         "XNNArgMaxPooling2d",
     }
 )
