@@ -96,7 +96,9 @@ def _run(data: bytes, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return Runtime.get().load_program(data).load_method("forward").execute(list(inputs))[0]
 
 
-def patch_qparams(data: bytes, payload: bytes, value_id: int, scale: float | None = None, zp: int | None = None) -> bytes:
+def patch_qparams(
+    data: bytes, payload: bytes, value_id: int, scale: float | None = None, zp: int | None = None
+) -> bytes:
     """The .pte with one XNNPACK value's per-tensor scale / zero point overwritten in place."""
     at = data.find(payload)
     assert at >= 0 and data.find(payload, at + 1) < 0
@@ -121,13 +123,17 @@ def patch_qparams(data: bytes, payload: bytes, value_id: int, scale: float | Non
     raise KeyError(value_id)
 
 
-def patch_output_min(data: bytes, payload: bytes, node_index: int, value: float) -> bytes:
+def patch_output_max(data: bytes, payload: bytes, node_index: int, value: float) -> bytes:
+    """The .pte with one node's fused-activation output_max overwritten (0.0 bounds are
+    flatbuffer defaults and not stored, so a relu's output_min cannot be patched in place)."""
     at = data.find(payload)
     fb = xnn.flatbuffer_of(payload)
     base = at + payload.find(fb)
     mm = pte.table("qflow_fb_xnnpack", "XNNGraph").GetRootAs(fb, 0).Xnodes(node_index).OutputMinMax()
+    off = mm._tab.Offset(6)
+    assert off
     buf = bytearray(data)
-    struct.pack_into("<f", buf, base + mm._tab.Pos + mm._tab.Offset(4), value)
+    struct.pack_into("<f", buf, base + mm._tab.Pos + off, value)
     return bytes(buf)
 
 
@@ -171,9 +177,10 @@ def test_the_payload_qparams_are_the_partitions_quantize_args(xnnpack) -> None:
     part = delegate.lowered_module(ep.graph_module, call).original_module
     q = next(n for n in part.graph.nodes if "quantize_per_tensor" in target_name(n) and "dequant" not in target_name(n))
     assert g.values[convert.outputs[0]].domain == qdq_domain(q, _Consts(part.graph_module, part))
-    # per-channel weights are read as per-channel domains
+    # per-channel weights are read as per-channel domains (scales held in the constant data)
     convs = [n for n in g.nodes if n.type == "XNNConv2d"]
-    assert convs and all(g.values[n.inputs[1]].domain.per_channel for n in convs)
+    weights = [g.values[n.inputs[1]].domain for n in convs]
+    assert convs and all(w.axis == 0 and (w.per_channel or w.opaque) for w in weights)
     # the fused relu is an output clamp at 0 in real units (XNNPACK clamps in code space: exact for any zp)
     assert sorted(n.output_min for n in convs if n.output_min is not None) == [0.0]
     assert all(math.isinf(n.output_max) for n in convs if n.output_min == 0.0)
@@ -228,11 +235,12 @@ def test_an_empty_fused_activation_range_is_flagged(xnnpack) -> None:
     data, payload = _payload(path)
     g = xnn.read_payload(payload)
     [relu_conv] = [n for n in g.nodes if n.output_min == 0.0]
-    mutant = patch_output_min(data, payload, relu_conv.index, 1e6)  # above every code: nothing left
+    mutant = patch_output_max(data, payload, relu_conv.index, -1.0)  # [0, -1]: nothing left
+    assert xnn.read_payload(pte.read_pte(mutant).plans[0].delegates[0].payload).nodes[relu_conv.index].output_max == -1
     r = qflow.analyze(pte.build(mutant))
     [f] = r.findings
     assert f.node == f"delegate_0/{relu_conv.label}" and f.severity == "error"
-    assert "no code is left" in f.message
+    assert "output_min 0 > output_max -1" in f.message
 
 
 def test_a_payload_that_is_no_xnnpack_flatbuffer_is_bad_input() -> None:

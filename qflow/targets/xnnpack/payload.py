@@ -227,6 +227,9 @@ def _value(xv: object, value_types: dict[int, str], quant_types: dict[int, str])
         elif qk == "PerChannelQuant" and qp.ScaleLength():
             scales = tuple(float(qp.Scale(i)) for i in range(qp.ScaleLength()))
             dom = Domain.quantized(dtype, scales, (0,) * len(scales), lo, hi, int(qp.ChannelDim()))
+        elif qk == "PerChannelQuant":  # scales kept in the constant data: named, not read
+            where = f"constant buffer {qp.ScaleBufferIdx()} ({qp.NumScales()} scales)"
+            dom = Domain(dtype, (), (), lo, hi, int(qp.ChannelDim()), opaque=where)
     return XnnValue(
         id=int(tv.IdOut()),
         dtype=dtype,
