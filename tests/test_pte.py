@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 import qflow
 from qflow.cli import main
@@ -152,3 +155,45 @@ def test_bad_pte_input_is_one_line_and_exit_2(ptes, tmp_path, capsys) -> None:
     assert "exported program (.pt2)" in capsys.readouterr().err
     with pytest.raises(qflow.InputError):
         qflow.analyze(str(cut))
+
+
+class Pool1d(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.max_pool1d(x, 2)
+
+
+@pytest.fixture(scope="module")
+def cpu_only_pte(tmp_path_factory):
+    """max_pool1d stays on the CPU (the TOSA partitioner does not take it): the
+    plan runs Q → DQ → unsqueeze → max_pool2d_with_indices → squeeze → Q → DQ."""
+    from qflow.integrations import arm
+
+    torch.manual_seed(4)
+    x = torch.randn(1, 4, 8)
+    lowered = arm.lower(arm.quantize(Pool1d().eval(), (x,)), (x,))
+    path = tmp_path_factory.mktemp("cpu") / "pool1d.pte"
+    path.write_bytes(lowered.to_executorch().buffer)
+    return lowered, path
+
+
+def _patch_double(data: bytes, value_index: int, new: float) -> bytes:
+    size, _ = pte._extended_header(data)
+    ev = pte.table("qflow_fb_program", "Program").GetRootAs(data[:size], 0).ExecutionPlan(0).Values(value_index)
+    t = pte.as_table("qflow_fb_program", "Double", ev.Val())
+    buf = bytearray(data)
+    struct.pack_into("<d", buf, t._tab.Pos + t._tab.Offset(4), new)
+    return bytes(buf)
+
+
+def test_the_cpu_side_of_a_pte_computes_in_float_and_a_wrong_dequantize_is_caught(cpu_only_pte) -> None:
+    lowered, path = cpu_only_pte
+    from_pte, in_memory = qflow.analyze(path), qflow.analyze(lowered, form="lowered")
+    assert from_pte.proved and not from_pte.findings, str(from_pte)
+    assert from_pte.obligations == in_memory.obligations
+    data = path.read_bytes()
+    plan = pte.read_pte(data).plans[0]
+    assert "aten::max_pool2d_with_indices.out" in [c.name for c in plan.calls]
+    dq = next(c for c in plan.calls if c.name.startswith("quantized_decomposed::dequantize"))
+    scale = plan.values[dq.args[1]].value
+    r = qflow.analyze(pte.build(_patch_double(data, dq.args[1], scale * 2)))
+    assert [(f.kind, f.node) for f in r.errors] == [("domain-mismatch", "dequantize_per_tensor")]

@@ -542,6 +542,15 @@ def _factor(a: str, b: str) -> float:
     return _ITEMSIZE.get(a, 1) / _ITEMSIZE.get(b, 1)
 
 
+def _returned(args: tuple[int, ...]) -> tuple[int, ...]:
+    """The values a kernel call returns: ExecuTorch appends them after the out
+    arguments they alias, so the longest repeated suffix (else the last arg)."""
+    for k in range(len(args) // 2, 0, -1):
+        if args[-2 * k : -k] == args[-k:]:
+            return args[-k:]
+    return args[-1:]
+
+
 class _Builder:
     def __init__(self, prog: PteProgram, plan: Plan, prefix: str) -> None:
         self.prog, self.plan, self.prefix = prog, plan, prefix
@@ -653,8 +662,11 @@ class _Builder:
                     raise InputError(f"{call.kind} (control flow) is not supported in a .pte yet", self._where(call))
                 continue
             tens = self.tensors(call.args)
-            outs = list(dict.fromkeys(t for t in tens if t not in defined))
-            ins = [t for t in tens if t in defined]
+            if call.kind == "delegate":  # inputs, then the outputs it writes (never written before)
+                outs = list(dict.fromkeys(t for t in tens if t not in defined))
+            else:  # out-variant kernels end with their out arguments, then the same values returned
+                outs = list(dict.fromkeys(self.tensors(_returned(call.args))))
+            ins = [t for t in dict.fromkeys(tens) if t not in outs]
             if call.kind == "delegate":
                 self.delegate(call, ins, outs)
             else:
