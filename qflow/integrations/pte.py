@@ -46,13 +46,15 @@ from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify
 
 __all__ = ["PteProgram", "TOSA_ARTIFACT_HOOK", "build", "is_pte", "read_pte"]
 
-#: The function a TOSA delegate's payload is handed to, when it exists:
-#: ``boundary(payload: bytes, inputs: list[Domain | None]) -> TosaBoundary-like``
-#: with ``outputs: list[Domain | None]`` (the domain of the codes each output
-#: holds, given the domains the parent feeds) and optionally ``obligations``
-#: (``qflow.graph.Obligation`` s on the artifact's own values, names relative
-#: to the delegate). Written on branch ``artifact``; its API is not fixed yet.
-TOSA_ARTIFACT_HOOK = "qflow.targets.arm.tosa_artifact:boundary"
+#: The TOSA artifact validator a TOSA delegate's payload is handed to (branch
+#: ``artifact``; API not fixed yet). Used as: ``read(payload) -> TosaProgram``,
+#: ``Anchors(inputs={tosa input name: Domain | None}, outputs=[(Domain | None,
+#: where)], consts={})``, ``validate(program, anchors) -> [Check]`` and
+#: ``add_evidence(domain_graph, prefix, call_name, checks)``. The anchors are
+#: what the .pte states: the parent's quantize into each input, its dequantize
+#: of each output. Missing or with another API, the domains at a TOSA
+#: delegate's integer IO stay *unproven*.
+TOSA_ARTIFACT_HOOK = "qflow.targets.arm.tosa_artifact"
 
 # --------------------------------------------------------------------------------------------
 # flatc-generated readers
@@ -409,6 +411,8 @@ class PayloadIO:
     graph: DomainGraph | None = None  # the payload's own obligations (names relative to the delegate)
     #: Why an integer IO domain is unknown (the message of the unproven obligation).
     unknown_domain: str = ""
+    #: The TOSA artifact validator checks this payload against the parent's anchors.
+    anchored: bool = False
 
 
 _TOSA_DTYPES = {1: "bool", 2: "int4", 3: "int8", 4: "int16", 5: "int32", 7: "float32", 8: "float16", 9: "bfloat16"}
@@ -416,57 +420,51 @@ _TOSA_DTYPES = {1: "bool", 2: "int4", 3: "int8", 4: "int16", 5: "int32", 7: "flo
 
 def _tosa_io(payload: bytes) -> tuple[list[str], list[str]] | None:
     """Input and output tensor types of a TOSA flatbuffer, in block order."""
+    names = _tosa_io_names(payload)
+    return None if names is None else ([t for _, t in names[0]], [t for _, t in names[1]])
+
+
+def _tosa_io_names(payload: bytes) -> tuple[list[tuple[str, str]], list[tuple[str, str]]] | None:
+    """(name, type) of each input and output tensor of a TOSA flatbuffer, in block order."""
     try:
         from tosa.TosaGraph import TosaGraph
 
         blk = TosaGraph.GetRootAs(payload, 0).Regions(0).Blocks(0)
         types = {blk.Tensors(i).Name().decode(): blk.Tensors(i).Type() for i in range(blk.TensorsLength())}
-        ins = [_TOSA_DTYPES.get(types[blk.Inputs(i).decode()], "?") for i in range(blk.InputsLength())]
-        outs = [_TOSA_DTYPES.get(types[blk.Outputs(i).decode()], "?") for i in range(blk.OutputsLength())]
-        return ins, outs
+        ins = [blk.Inputs(i).decode() for i in range(blk.InputsLength())]
+        outs = [blk.Outputs(i).decode() for i in range(blk.OutputsLength())]
+        return [(n, _TOSA_DTYPES.get(types[n], "?")) for n in ins], [(n, _TOSA_DTYPES.get(types[n], "?")) for n in outs]
     except Exception:  # not a TOSA flatbuffer, or tosa-tools missing
         return None
 
 
 def tosa_artifact_hook() -> Any:
-    """The TOSA artifact validator's boundary function, or None while it is not installed."""
-    mod_name, _, fn = TOSA_ARTIFACT_HOOK.partition(":")
+    """The TOSA artifact validator module, or None while it is not installed (or has another API)."""
     try:
-        mod = importlib.import_module(mod_name)
+        mod = importlib.import_module(TOSA_ARTIFACT_HOOK)
     except ImportError:
         return None
-    return getattr(mod, fn, None)
+    api = ("read", "Anchors", "validate", "add_evidence")
+    return mod if all(hasattr(mod, a) for a in api) else None
 
 
-def _tosa_payload(d: Delegate, fed: list[Domain | None]) -> PayloadIO:
+_NO_VALIDATOR = (
+    "the domain of a TOSA delegate's integer codes is set inside the TOSA flatbuffer (RESCALE, zero points); "
+    f"its validator ({TOSA_ARTIFACT_HOOK}) is not installed, so it is not proved"
+)
+
+
+def _tosa_payload(d: Delegate) -> PayloadIO:
     io = _tosa_io(d.payload)
     if io is None:
         return PayloadIO(None, None, "TOSA flatbuffer (unreadable)")
     ins, outs = io
-    hook = tosa_artifact_hook()
-    out_domains: list[Domain | None] = [None] * len(outs)
-    graph = None
-    why = (
-        "the domain of a TOSA delegate's integer codes is set inside the TOSA flatbuffer (RESCALE, zero points); "
-        f"its validator ({TOSA_ARTIFACT_HOOK}) is not installed, so it is not proved"
-    )
-    if hook is not None:
-        result = hook(d.payload, fed)
-        out_domains = list(getattr(result, "outputs", out_domains))
-        obs = getattr(result, "obligations", None)
-        if obs:
-            graph = DomainGraph(form="artifact")
-            graph.obligations = list(obs)
-        why = "the TOSA artifact validator could not decide the domain of this output"
     return PayloadIO(
         [(t, None) for t in ins],
-        [
-            (t, dom if t not in ("float32", "float16", "bfloat16") else FLOAT)
-            for t, dom in zip(outs, out_domains, strict=False)
-        ],
+        [(t, FLOAT if t in ("float32", "float16", "bfloat16") else None) for t in outs],
         "TOSA flatbuffer",
-        graph,
-        why,
+        None,
+        _NO_VALIDATOR,
     )
 
 
@@ -516,7 +514,7 @@ def payload_io(
     if d.backend_id == "XnnpackBackend":
         return _xnnpack_payload(d, prefix)
     if d.backend_id == "TOSABackend":
-        return _tosa_payload(d, fed)
+        return _tosa_payload(d)
     if d.backend_id == "EthosUBackend":
         return _vela_payload(d, fed_dtypes, declared)
     return PayloadIO(None, None, f"{d.backend_id} payload (no reader)")
@@ -557,6 +555,7 @@ class _Builder:
         self.dg = DomainGraph(form="lowered")
         self.names: dict[int, str] = {}
         self.counts: dict[str, int] = {}
+        self.pending_tosa: list[tuple[Delegate, str, list[int], list[int]]] = []
 
     # -- helpers -------------------------------------------------------------------------
     def ev(self, i: int) -> EValue:
@@ -672,6 +671,8 @@ class _Builder:
             else:
                 self.kernel(call, ins, outs)
             defined.update(outs)
+        for pending in self.pending_tosa:
+            self.tosa_artifact(*pending)
         self.settle_inputs()
         return self.dg
 
@@ -805,6 +806,9 @@ class _Builder:
         )
         if io.graph is not None:
             self.dg.absorb(io.graph, prefix)
+        if d.backend_id == "TOSABackend" and io.inputs is not None and tosa_artifact_hook() is not None:
+            io.anchored = True
+            self.pending_tosa.append((d, call_name, ins, outs))
         for i in ins:
             if i in self.names:
                 self.dg.add_use(self.names[i], call_name, "input")
@@ -855,8 +859,8 @@ class _Builder:
                 ),
             )
         )
-        if fed_real or exp_real or io.inputs is None or self.skip(src):
-            return
+        if fed_real or exp_real or io.inputs is None or io.anchored or self.skip(src):
+            return  # (an anchored artifact is interpreted from the domain fed: its checks decide)
         if dom is None:  # integer codes the artifact reads in a domain it does not state: unproven
             reads = f"{node}.domain"
             why = f"delegate {d.index} input {k}: {io.unknown_domain}"
@@ -918,6 +922,46 @@ class _Builder:
                 ),
             )
         )
+
+    def tosa_artifact(self, d: Delegate, call: str, ins: list[int], outs: list[int]) -> None:
+        """Hand a TOSA payload to the artifact validator, anchored at what the
+        program states: the domain fed to each input, the dequantize of each
+        output. An output whose edge check the validator decides takes the
+        domain the parent reads (the check proves or refutes it)."""
+        ta = tosa_artifact_hook()
+        names = _tosa_io_names(d.payload)
+        assert ta is not None and names is not None
+        inputs: dict[str, Domain | None] = {}
+        for (name, _), i in zip(names[0], ins, strict=False):
+            ev = self.ev(i)
+            inputs[name] = FLOAT if (ev.dtype or "").startswith(("float", "bfloat")) else self.fed_domain(i)
+        outputs: list[tuple[Domain | None, str]] = []
+        for i in outs:
+            out = self.names.get(i)
+            reads = [
+                c
+                for c in (self.dg.g.successors(out) if out is not None else ())
+                if c in self.dg.g and self.dg.value(c).op_class is OpClass.DEQUANTIZE
+            ]
+            if reads:
+                outputs.append((self.dg.value(reads[0]).definition.domain, f"the program's dequantize {reads[0]}"))
+            elif (self.ev(i).dtype or "").startswith(("float", "bfloat")):
+                outputs.append((FLOAT, f"the program ({out} is {self.ev(i).dtype})"))
+            else:
+                outputs.append((None, ""))
+        try:
+            checks = ta.validate(ta.read(d.payload), ta.Anchors(inputs=inputs, outputs=outputs, consts={}))
+            ta.add_evidence(self.dg, call, call, checks)
+        except Exception as e:  # the validator's API is not fixed yet: stay unproven, say why
+            self.dg.notes.append(
+                f"{call}: the TOSA artifact validator failed ({type(e).__name__}: {e}); IO domains unproven"
+            )
+            return
+        for i, (dom, _) in zip(outs, outputs, strict=True):
+            out = self.names.get(i)
+            if out is not None and dom is not None and not dom.is_float:
+                self.dg.value(out).definition = Definition(DefKind.FACT, dom, real=False)
+        self.dg.notes.append(f"{call}: TOSA artifact checked ({len(checks)} checks, anchored at the program's Q/DQ)")
 
     def settle_inputs(self) -> None:
         """An integer program input takes the domain its first consumer declares (an assumption, noted)."""
