@@ -197,3 +197,40 @@ def test_the_cpu_side_of_a_pte_computes_in_float_and_a_wrong_dequantize_is_caugh
     scale = plan.values[dq.args[1]].value
     r = qflow.analyze(pte.build(_patch_double(data, dq.args[1], scale * 2)))
     assert [(f.kind, f.node) for f in r.errors] == [("domain-mismatch", "dequantize_per_tensor")]
+
+
+def test_a_tosa_payload_is_handed_to_the_artifact_validator_with_the_programs_anchors(ptes, monkeypatch) -> None:
+    """The hook's wiring (the validator itself lives on another branch): anchors are
+    the CPU quantize's domain at the input and the dequantize's at the output, its
+    evidence joins the report, and an output it decides takes the parent's domain."""
+    import types
+
+    from qflow.graph import Definition, DefKind, Obligation, ObligationKind, Value
+    from qflow.ops import OpClass
+
+    seen = {}
+
+    class Anchors:
+        def __init__(self, inputs, outputs, consts):
+            seen.update(inputs=inputs, outputs=outputs)
+
+    def add_evidence(dg, prefix, call, checks):
+        dg.add_value(Value(f"{prefix}/tosa#0", "tosa.RESCALE", OpClass.COMPUTE, Definition(DefKind.FREE)))
+        dg.oblige(
+            Obligation(ObligationKind.STRUCTURAL, f"{prefix}/tosa#0", f"{prefix}/tosa#0", holds=False, detail="stub")
+        )
+
+    stub = types.SimpleNamespace(
+        read=lambda payload: payload,
+        Anchors=Anchors,
+        validate=lambda prog, anchors: ["one check"],
+        add_evidence=add_evidence,
+    )
+    monkeypatch.setitem(sys.modules, pte.TOSA_ARTIFACT_HOOK, stub)
+    dg = pte.build(ptes["seed000_control"])
+    q = dg.value("quantize_per_tensor").definition.domain
+    dq = dg.value("dequantize_per_tensor").definition.domain
+    assert list(seen["inputs"].values()) == [q]
+    assert [d for d, _ in seen["outputs"]] == [dq]
+    r = qflow.analyze(dg)
+    assert [(f.node, f.status) for f in r.findings] == [("delegate_0/tosa#0", "violated")]  # the only one
