@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from qflow import targets
 from qflow.analysis import analyze_graph
-from qflow.errors import ProofError
+from qflow.errors import InputError, ProofError
 from qflow.graph import DomainGraph
 from qflow.report.model import Report
 from qflow.solvers.repair import Plan, plan_repair
@@ -18,6 +19,12 @@ def domain_graph(obj: Any, form: str | None = None, target: str | Target | None 
     if isinstance(obj, DomainGraph):
         return obj
     t = targets.get(target)  # an unknown name fails before any torch import
+    if isinstance(obj, (str, Path)) and str(obj).endswith(".pte"):  # the shipped program: torch-free
+        from qflow.integrations import pte
+
+        if form not in (None, "lowered"):
+            raise InputError(f"{obj}: an ExecuTorch program is read as shipped (form 'lowered'), not {form!r}")
+        return pte.build(obj)
     from qflow.integrations import annotated
     from qflow.integrations.fx import build
     from qflow.integrations.load import graph_module_of
@@ -37,7 +44,8 @@ def analyze(obj: Any, form: str | None = None, name: str = "", target: str | Tar
 
     `obj` is a torch.fx.GraphModule (annotated, PT2E Q/DQ, or Arm-folded), a
     torch.export.ExportedProgram, an ExecuTorch EdgeProgramManager, a path to
-    a .pt2 file, or a DomainGraph. `form` overrides the detected IR form
+    a .pt2 file or to an ExecuTorch .pte program (read as shipped, with its
+    delegate payloads; no torch needed), or a DomainGraph. `form` overrides the detected IR form
     ("annotated", "qdq", "folded" or "lowered"; a lowered program that
     delegates nothing looks like a Q/DQ graph, so say "lowered" for it).
     `target` names the backend whose contract the program is proved against

@@ -253,7 +253,13 @@ def parser() -> argparse.ArgumentParser:
         "1 a finding at the --fail-on level, 2 bad input (unreadable or malformed program, unwritable "
         "--output or --graph, --graph .svg without Graphviz installed).",
     )
-    c.add_argument("paths", nargs="*", metavar="PATH", help="a torch.export.save'd program (.pt2); several allowed")
+    c.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="a torch.export.save'd program (.pt2) or an ExecuTorch program (.pte, checked as shipped: "
+        "its execution plan and delegate payloads); several allowed",
+    )
     c.add_argument(
         "--format",
         choices=FORMATS,

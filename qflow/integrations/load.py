@@ -48,6 +48,13 @@ def load_program(path: str | Path) -> torch.export.ExportedProgram:
     try:
         import zipfile
 
+        with open(p, "rb") as f:
+            head = f.read(8)
+        if p.suffix == ".pte" or head[4:6] == b"ET":
+            raise InputError(
+                f"{p}: an ExecuTorch program (.pte): `qflow check` / qflow.analyze read it as shipped; "
+                "repair and --arm need the exported program (.pt2)"
+            )
         if not zipfile.is_zipfile(p):
             raise InputError(f"{p}: not a .pt2 archive (torch.export.save writes a zip file)")
         _register_quant_ops()
