@@ -155,6 +155,18 @@ KINDS: dict[str, Kind] = {
             "handles a conv but not a decomposed linear).",
             "Give the producer an explicit output domain (a quantize after it).",
         ),
+        Kind(
+            "tosa-artifact-mismatch",
+            "error",
+            "the TOSA flatbuffer the backend emitted does not realise the declared domains",
+            "Read by TOSA 1.0 INT semantics, an operator of the delegate's flatbuffer (a RESCALE's "
+            "multiplier/shift/zero points, a conv's zero points, a CLAMP's bounds, a TABLE's entries, a "
+            "PAD constant, a zero-point-only NEGATE/AVG_POOL2D) or a delegate edge puts codes in another "
+            "domain than the PT2E program declares: the device computes wrong numbers whatever the graph "
+            "checks predicted. Unproven: the artifact holds an operator or a constant qflow cannot read.",
+            "Find the pass that broke it (qflow check --arm SPEC --per-pass) and fix the quantized program "
+            "or the backend; the finding names the TOSA operator, its index and the PT2E node.",
+        ),
     )
 }
 
