@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spec", help="run a spec JSON file (e.g. a reduced case) with --variant")
     ap.add_argument("--variant", default="arm-pc", help="for a bare spec file without an id")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--json", type=Path, help="with --case / --spec: also write the record to this file")
     ap.add_argument("--batch", type=int, default=10, help="cases per worker process")
     ap.add_argument("--time-limit", type=int, default=240, help="seconds per case")
     ap.add_argument("--log", type=Path, help="worker stderr goes here")
@@ -131,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             rec = case.run_case(cid, spec=spec)
         else:
             rec = case.run_case(a.case)
+        if a.json:
+            a.json.write_text(json.dumps(rec, indent=1) + "\n")
         print(json.dumps(rec, indent=1))
         return 0
     variants = [v for v in a.variants.split(",") if v]
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _default_id(i: int) -> str:
     """Same rule as case.case_id, without importing torch in the driver."""
-    variants = ("arm-pc", "arm-pt", "arm-a16w8", "arm-custom", "xnn")
+    variants = ("arm-pc", "arm-pt", "arm-a16w8", "arm-custom", "xnn", "xnn-custom")
     return f"{i:05d}-{variants[i % len(variants)]}"
 
 

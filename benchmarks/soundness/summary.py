@@ -9,8 +9,8 @@ Definitions (the issue's acceptance terms):
   rule), or the pipeline's own failure: `lowering-failed`, `run-failed`,
   `not-delegated` (nothing to check), `quantize-failed` (invalid case).
 * verdict: qflow before partitioning (`pre`: the converted Q/DQ program):
-  `error` (an error finding or a violated obligation), `unproven`, `proved`,
-  `crash`.
+  `error` (an error finding), `warning` (a warning finding or a violated
+  obligation without an error finding), `unproven`, `proved`, `crash`.
 * soundness miss: a miscompile without an error verdict (`proved` is the
   worst kind, `unproven` is honest but flags nothing). False alarm: an exact
   case with an error verdict.
@@ -30,7 +30,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 TRUTHS = ["miscompile", "marginal", "exact", "lowering-failed", "run-failed", "not-delegated", "quantize-failed"]
 TRUTHS += ["timeout", "crash"]
-VERDICTS = ["error", "unproven", "proved", "crash", "none"]
+VERDICTS = ["error", "warning", "unproven", "proved", "crash", "none"]
+ORDER = ["crash", "error", "warning", "unproven", "proved"]
 
 
 def load(paths: list[Path]) -> list[dict[str, Any]]:
@@ -43,9 +44,25 @@ def load(paths: list[Path]) -> list[dict[str, Any]]:
     return sorted(recs.values(), key=lambda r: r["id"])
 
 
+def _derive(q: dict[str, Any]) -> str:
+    """The verdict from a stored report summary (as case.verdict; recomputed so the rule can change)."""
+    if q.get("verdict") == "crash":
+        return "crash"
+    parts = [v for k, v in q.items() if k.startswith("p") and isinstance(v, dict) and "findings" in v]
+    if parts:  # folded: the worst partition
+        return min((_derive(p) for p in parts), key=ORDER.index)
+    sev = {f["severity"] for f in q.get("findings", [])}
+    ob = q.get("obligations", {})
+    if "error" in sev:
+        return "error"
+    if "warning" in sev or ob.get("violated", 0):
+        return "warning"
+    return "unproven" if ob.get("unproven", 0) else "proved"
+
+
 def verdict(r: dict[str, Any], form: str = "pre") -> str:
     q = r.get("qflow", {}).get(form)
-    return q["verdict"] if q else "none"
+    return _derive(q) if q else "none"
 
 
 def findings(r: dict[str, Any], form: str = "pre") -> str:
