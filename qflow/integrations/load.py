@@ -31,11 +31,13 @@ def graph_module_of(obj: Any) -> tuple[fx.GraphModule, Any | None]:
 
 
 def _register_quant_ops() -> None:
-    """The quantized_decomposed ops must exist before a Q/DQ program deserializes."""
+    """The quantized_decomposed ops must exist before a Q/DQ program deserializes.
+    torch defines them (torchao reuses torch's library), so reading a program needs
+    none of torchao: its import costs a second and prints native-library noise."""
     try:
-        import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401
-    except ImportError:  # torch's own copy of the op library
         import torch.ao.quantization.fx._decomposed  # noqa: F401
+    except ImportError:  # a torch that no longer ships it: torchao's copy
+        import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401
 
 
 def load_program(path: str | Path) -> torch.export.ExportedProgram:
@@ -43,6 +45,8 @@ def load_program(path: str | Path) -> torch.export.ExportedProgram:
     from its JSON serialization and tensors with the weights-only unpickler,
     so no arbitrary pickle in the file is executed."""
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{p}: is a directory, not a .pt2 program")
     if not p.is_file():
         raise InputError(f"{p}: no such file")
     try:
