@@ -121,7 +121,8 @@ def _check(args: argparse.Namespace) -> int:
             programs = _arm_partitions(p, args.arm) if args.arm else [(p.name, p)]
             new = []
             for name, program in programs:
-                dg = domain_graph(program, form=None if args.arm else args.form)
+                target = "arm-tosa" if args.arm else args.target
+                dg = domain_graph(program, form=None if args.arm else args.form, target=target)
                 report = analyze_graph(dg, name=name)
                 new.append(report)
                 if picture is not None:  # the plan marks where the requants would go
@@ -182,10 +183,11 @@ def _repair(args: argparse.Namespace) -> int:
     src, dst = Path(args.input), Path(args.output)
     try:
         ep = load_program(src)
-        before = analyze(ep, form=args.form, name=src.name)
-        p = plan(ep, form=before.form, objective=args.objective)  # warnings may have a repair too
-        fixed = repair(ep, form=before.form, objective=args.objective) if not p.empty else ep
-        after = analyze(fixed, form=before.form, name=dst.name)
+        t = args.target
+        before = analyze(ep, form=args.form, name=src.name, target=t)
+        p = plan(ep, form=before.form, objective=args.objective, target=t)  # warnings may have a repair too
+        fixed = repair(ep, form=before.form, objective=args.objective, target=t) if not p.empty else ep
+        after = analyze(fixed, form=before.form, name=dst.name, target=t)
     except ProofError as e:
         print(f"qflow: {src}: cannot repair: the repaired graph does not prove\n{e.report}", file=sys.stderr)
         return EXIT_NOT_PROVED
@@ -228,6 +230,14 @@ def _add_form(p: argparse.ArgumentParser) -> None:
         "quantize/dequantize graph), folded (Arm input_qparams/output_qparams after the fold pass) or "
         "lowered (the output of to_edge_transform_and_lower: ops outside delegates run on the CPU in float; "
         "detected when the graph calls a delegate)",
+    )
+    p.add_argument(
+        "--target",
+        choices=("generic", "arm-tosa", "xnnpack"),
+        default=None,
+        help="the backend the program will be lowered to, whose measured contract decides how each op lowers a "
+        "domain change (default: generic, sound for every shipped target; a lowered program's partitions are "
+        "always read by their own delegate's target)",
     )
 
 

@@ -44,6 +44,27 @@ KINDS: dict[str, Kind] = {
             "does this.",
         ),
         Kind(
+            "requant-across-activation",
+            "error",
+            "a requant across an activation the target lowers as a code copy",
+            "The quantize after a standalone relu / hardtanh / clamp changes the domain. The target lowers "
+            "the activation as a clamp that copies codes (measured: the ExecuTorch Arm fold moves both "
+            "domains onto the clamp, quantizes the bounds in the output domain and drops the requant), so "
+            "the program computes wrong numbers.",
+            "Keep an explicit requant after the activation in its input domain (qflow.repair inserts one), "
+            "or let the activation's output share its input's domain.",
+        ),
+        Kind(
+            "dropped-scale",
+            "error",
+            "the target applies only the zero points across this op",
+            "The op's output domain has another scale than its input, but the target lowers the op with the "
+            "zero points only (measured: TOSA NEGATE on the ExecuTorch Arm backend), so the scale change is "
+            "silently dropped and every output is off by the ratio of the scales.",
+            "Quantize the op's output in its input's scale and requantize after it (qflow.repair does), or "
+            "share the input's observer with the output.",
+        ),
+        Kind(
             "domain-mismatch",
             "error",
             "a consumer declares a domain its producer does not produce",
