@@ -56,6 +56,8 @@ def versions() -> dict[str, str]:
 
 def cell(m: dict) -> str:
     outcome = m["outcome"]
+    if outcome in ("exact", "miscompile") and m.get("lsb") is not None:  # one tolerance for every run
+        outcome = "exact" if m["lsb"] <= 1 + probe.TOLERANCE else "miscompile"
     short = {
         "exact": "exact",
         "miscompile": "MISCOMPILE",
@@ -73,8 +75,23 @@ def cell(m: dict) -> str:
     return short
 
 
-def predicted(rule: str | None) -> str:
-    return rule or "-"
+WRONG = ("MISCOMPILE", "refused")
+
+
+def measured_rule(by: dict[str, dict]) -> str:
+    """The rule the measurement shows: CPU_FLOAT, RESCALE, ZP_ONLY, CODE_COPY (or ? when none fits)."""
+    zp, scale = (cell(by[v]) if v in by else "" for v in ("zp", "scale"))
+    if "zp" not in by:  # int16: only the scale moves
+        return "RESCALE" if scale.startswith("exact") else "ZP_ONLY/CODE_COPY" if scale.startswith(WRONG) else "?"
+    if zp.startswith("CPU") and scale.startswith("CPU"):
+        return "CPU_FLOAT"
+    if zp.startswith("exact") and scale.startswith("exact"):
+        return "RESCALE"
+    if zp.startswith("exact") and scale.startswith(WRONG):
+        return "ZP_ONLY"
+    if zp.startswith(WRONG) and scale.startswith(WRONG):
+        return "CODE_COPY"
+    return "?"
 
 
 def render(data: dict) -> str:
@@ -106,9 +123,10 @@ def render(data: dict) -> str:
         "",
     ]
     tnames = [t for t in TARGETS if any(r["target"] == t for r in rows)]
-    header = "| case | op | " + " | ".join(f"{t} stock | {t} zp | {t} scale | {t} rule" for t in tnames) + " |"
-    lines += [header, "|" + "---|" * (2 + 4 * len(tnames))]
-    cases = list(dict.fromkeys(r["case"] for r in rows))
+    header = "| case | op | " + " | ".join(f"{t} stock | zp | scale | measured | rule" for t in tnames) + " |"
+    lines += [header, "|" + "---|" * (2 + 5 * len(tnames))]
+    order = [c.name for c in (*probe.CASES, *probe.FUSION_CASES)]
+    cases = sorted(dict.fromkeys(r["case"] for r in rows), key=lambda c: order.index(c) if c in order else len(order))
     for c in cases:
         op = next(r["op"] for r in rows if r["case"] == c)
         cells = [c, f"`{op}`"]
@@ -116,16 +134,29 @@ def render(data: dict) -> str:
             by = {r["variant"]: r for r in rows if r["case"] == c and r["target"] == t}
             for v in probe.VARIANTS:
                 cells.append(cell(by[v]) if v in by else "")
+            got = measured_rule(by) if by else ""
+            cells.append(f"**{got}**" if by else "")
             contract = targets.get(t.split("+")[0])
             rule = contract.rule(op)
             if rule is None:
                 cls = classify(op)
-                default = "RESCALE" if cls is OpClass.COMPUTE else "CODE_COPY" if cls is OpClass.PASSTHROUGH else cls.value
-                cells.append(f"({default})")
+                default = (
+                    "RESCALE" if cls is OpClass.COMPUTE else "CODE_COPY" if cls is OpClass.PASSTHROUGH else cls.value
+                )
+                shown = f"({default})"
             else:
-                cells.append(rule.name)
+                default, shown = rule.name, rule.name
+            if by and "stock" in by and got not in (default, "ZP_ONLY/CODE_COPY") and "zp" in by:
+                shown += " ≠"
+            cells.append(shown)
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Rule column: the target's `op_rules` entry; in parentheses the PT2E default from `qflow.ops`.", ""]
+    lines += [
+        "",
+        "*measured*: the rule the outcomes show. *rule*: the target's `op_rules` entry; in parentheses the",
+        "PT2E default from `qflow.ops` (compute → RESCALE, pass-through/activation → CODE_COPY); ≠ marks a",
+        "disagreement with the measurement.",
+        "",
+    ]
     details = [r for r in rows if r["detail"] and r["outcome"] not in ("exact", "miscompile")]
     if details:
         lines += ["## Refusals and CPU placements", ""]
@@ -137,29 +168,66 @@ def render(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def store(data: dict, target: str, cases: list[str], ms: list, variant: str | None = None, path: Path = JSON) -> None:
+    """Replace the rows of these cases (and variant) with fresh measurements; save the JSON."""
+    data["rows"] = [
+        r
+        for r in data["rows"]
+        if not (r["target"] == target and r["case"] in cases and (variant is None or r["variant"] == variant))
+    ] + [m.row() for m in ms]
+    data["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    data["versions"] = versions()
+    path.write_text(json.dumps(data, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--cases", default="")
     ap.add_argument("--render", action="store_true")
+    ap.add_argument(
+        "--alone",
+        action="store_true",
+        help="one program per case and variant (slow); default: one batched program per variant, as the test does",
+    )
+    ap.add_argument("--json", type=Path, default=JSON, help="raw rows (merged when several runs write it)")
+    ap.add_argument("--merge", type=Path, nargs="*", default=[], help="more JSON files to merge before rendering")
     args = ap.parse_args()
-    data = json.loads(JSON.read_text()) if JSON.exists() else {"rows": []}
+    data = json.loads(args.json.read_text()) if args.json.exists() else {"rows": []}
     if not args.render:
         wanted = [c for c in probe.CASES if not args.cases or c.name in args.cases.split(",")]
         for t in args.targets.split(","):
             be = backend(t)
             variants = ("stock", "scale") if t.endswith("int16") else probe.VARIANTS
-            for case in wanted:
+            if args.alone:
+                for case in wanted:
+                    t0 = time.time()
+                    ms = probe.measure_case(be, case, variants)
+                    store(data, t, [case.name], ms, path=args.json)
+                    print(
+                        f"{t:16} {case.name:22} "
+                        + "  ".join(cell(m.row()) for m in ms)
+                        + f"  ({time.time() - t0:.0f}s)"
+                    )
+                    sys.stdout.flush()
+                continue
+            for v in variants:
                 t0 = time.time()
-                ms = probe.measure_case(be, case, variants)
-                data["rows"] = [
-                    r for r in data["rows"] if not (r["target"] == t and r["case"] == case.name)
-                ] + [m.row() for m in ms]
-                print(f"{t:16} {case.name:22} " + "  ".join(cell(m.row()) for m in ms) + f"  ({time.time() - t0:.0f}s)")
-                sys.stdout.flush()
-                data["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-                data["versions"] = versions()
-                JSON.write_text(json.dumps(data, indent=1))
+                custom = t == "xnnpack" and v != "stock"
+                ms = probe.measure_batch(be, wanted, v, custom=custom)
+                for m in ms:
+                    m.form = "batch"
+                store(data, t, [c.name for c in wanted], ms, variant=v, path=args.json)
+                print(f"{t} {v}: {time.time() - t0:.0f}s", flush=True)
+            if t == "xnnpack":
+                ms = probe.measure_batch(be, list(probe.FUSION_CASES), "stock")
+                store(data, t, [c.name for c in probe.FUSION_CASES], ms, variant="stock", path=args.json)
+    for extra in args.merge:
+        other = json.loads(extra.read_text())
+        keys = {(r["target"], r["case"], r["variant"]) for r in other["rows"]}
+        data["rows"] = [r for r in data["rows"] if (r["target"], r["case"], r["variant"]) not in keys] + other["rows"]
+        data.setdefault("date", other["date"])
+        data.setdefault("versions", other["versions"])
     MD.write_text(render(data))
 
 

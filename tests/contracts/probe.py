@@ -34,6 +34,8 @@ import torch.nn.functional as F
 VARIANTS = ("stock", "zp", "scale")
 SCALE_FACTOR = 1.37
 ZP_SHIFT = 9
+#: Outputs are compared as dequantized floats: one code step is 1 LSB up to float rounding.
+TOLERANCE = 0.01
 
 
 # --------------------------------------------------------------------------- cases
@@ -64,6 +66,26 @@ class _Linear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear(x)
+
+
+class _ConvReluCat(torch.nn.Module):
+    """conv → relu → cat(·, y): the relu shares the cat's domain, which the signed y widens (zp > qmin)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.cat([torch.relu(self.conv(x)), y], 1)
+
+
+class _LinearReluCat(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.cat([torch.relu(self.linear(x)), y], -1)
 
 
 class _Carried(torch.nn.Module):
@@ -150,6 +172,13 @@ CASES: tuple[Case, ...] = (
 )
 
 
+#: Fusion probes: an activation fused into its producer while sharing a signed cat's domain.
+FUSION_CASES: tuple[Case, ...] = (
+    Case("conv→relu→cat(·,signed)", "relu", _ConvReluCat, (X4, X4)),
+    Case("linear→relu→cat(·,signed)", "relu", _LinearReluCat, (X2, X2)),
+)
+
+
 def inputs_for(case: Case, seed: int, carried: bool = False) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(seed)
     xs = []
@@ -173,7 +202,9 @@ def _base(target: object) -> str:
 
 
 def _is_q(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and "quantize_per_tensor" in str(node.target) and "dequant" not in str(node.target)
+    return (
+        node.op == "call_function" and "quantize_per_tensor" in str(node.target) and "dequant" not in str(node.target)
+    )
 
 
 def _is_dq(node: torch.fx.Node) -> bool:
@@ -505,7 +536,9 @@ class _OpAnnotatingQuantizer:
                     ann = node.meta.get(Q_ANNOTATION_KEY)
                     if ann is not None and ann._annotated:
                         continue
-                    tensors = [a for a in node.all_input_nodes if "val" in a.meta and a.meta["val"].dtype.is_floating_point]
+                    tensors = [
+                        a for a in node.all_input_nodes if "val" in a.meta and a.meta["val"].dtype.is_floating_point
+                    ]
                     if not tensors:
                         continue
                     shared = classify(_base(node.target)) in (OpClass.PASSTHROUGH, OpClass.ACTIVATION)
@@ -584,7 +617,7 @@ def _measure_form(backend: Backend, case: Case, variants: Sequence[str], carried
             m.outcome = CPU
             m.detail = "on CPU: " + ", ".join(cpu_ops)
         else:
-            m.outcome = EXACT if lsb <= 1.0 + 1e-6 else MISCOMPILE
+            m.outcome = EXACT if lsb <= 1.0 + TOLERANCE else MISCOMPILE
         results.append(m)
     return results
 
@@ -691,8 +724,9 @@ def measure_batch(
     with torch.no_grad():
         reference = [list(gm(*s)) for s in samples]
     results = [
-        Measurement(c.name, c.op, backend.name, variant, "", form="after add" if c.name in carried else "alone",
-                    quantizer=how)
+        Measurement(
+            c.name, c.op, backend.name, variant, "", form="after add" if c.name in carried else "alone", quantizer=how
+        )
         for c in cases
     ]
     try:
@@ -718,5 +752,5 @@ def measure_batch(
         if not delegated:
             m.outcome, m.detail = CPU, f"on CPU: {cpu_op}"
         else:
-            m.outcome = EXACT if lsb <= 1.0 + 1e-6 else MISCOMPILE
+            m.outcome = EXACT if lsb <= 1.0 + TOLERANCE else MISCOMPILE
     return results
