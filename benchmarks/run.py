@@ -140,6 +140,10 @@ def size_table(sizes: list[dict[str, Any]]) -> str:
         "qflow/fold",
         "qflow/pass",
         "z3 %",
+        "prove api s",
+        "prove ×",
+        "qflow/walk",
+        "same",
     ]
     rows = []
     for r in sizes:
@@ -166,6 +170,10 @@ def size_table(sizes: list[dict[str, Any]]) -> str:
                     f"{m['total_s'] / r['fold_s']:.2f}",
                     f"{m['total_s'] / r['pass_s']:.2f}",
                     f"{100 * m['prove_s'] / m['total_s']:.0f}",
+                    f3(m["prove_api_s"]),
+                    f"{m['prove_api_s'] / m['prove_s']:.1f}",
+                    f"{m['total_s'] / m['walk_s']:.0f}",
+                    "yes" if m["same_verdicts"] else "**NO**",
                 ]
             )
     return table(headers, rows)
@@ -396,7 +404,11 @@ def main(argv: list[str] | None = None) -> int:
         "`qflow s` = build + analyze_graph wall time; `cpu/wall` = its process CPU time / wall time "
         "(< 1: the core was shared); `z3 %` = prove_s / qflow s; `fold s` = "
         "`qflow.integrations.arm.fold_qparams` on the same edge graph, same process; `pass` = that "
-        "minus the deepcopy fold_qparams makes first.",
+        "minus the deepcopy fold_qparams makes first. `prove api s` = the reference encoding "
+        '(z3 terms built through the Python API, `prove(dg, engine="api")`, the engine before the SMT-LIB '
+        "text prover) on the same graph, once; `prove ×` = that / prove s; `qflow/walk` = qflow s / the bare "
+        "walk over the FX nodes; `same` = both engines gave every obligation the same verdict, counterexample "
+        "and blockers.",
         "",
         "## Fold pass",
         "",

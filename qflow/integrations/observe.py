@@ -183,8 +183,9 @@ class Observer:
     def observe(self, nodeid: str) -> Iterator[TestRecord]:
         """Within the block, every lowering is recorded and proved into the returned record.
 
-        Partitions are proved when the block ends (they are deep copies, so
-        nothing the test does afterwards changes them)."""
+        Partitions are proved when the block ends, from the domain graphs read
+        while the lowering ran (plain data: nothing the test does afterwards
+        changes them)."""
         rec = TestRecord(nodeid)
         if self._keep:
             self.tests.append(rec)
@@ -196,21 +197,20 @@ class Observer:
                 yield rec
         finally:
             for sink in sinks:
-                for i, ep in enumerate(sink):
-                    self._prove(rec, ep, "partition", i)
+                for i, cap in enumerate(sink):
+                    if cap.error is not None:
+                        name = f"{rec.nodeid}::partition[{i}]"
+                        rec.programs.append(Program("partition", name, cap.seconds, None, cap.error))
+                    else:
+                        self._prove(rec, cap.graph, "partition", i, spent=cap.seconds)
                 sink.clear()
 
     # -- hooks -------------------------------------------------------------------------
 
     def _capture_partitions(self, stack: contextlib.ExitStack, rec: TestRecord, sinks: list[list[Any]]) -> None:
         try:
-            from qflow.integrations import arm
+            sinks.append(stack.enter_context(_graphs_after_fold()))
         except Exception as e:  # no Arm backend here: only top-level lowerings are observed
-            rec.notes.append(f"Arm partitions not captured ({type(e).__name__}: {e})")
-            return
-        try:
-            sinks.append(stack.enter_context(arm.capture_after()))
-        except Exception as e:
             rec.notes.append(f"Arm partitions not captured ({type(e).__name__}: {e})")
 
     def _wrap_lowering(self, stack: contextlib.ExitStack, rec: TestRecord) -> None:
@@ -265,12 +265,13 @@ class Observer:
                 continue
             self._prove(rec, ep, "lowered", index, suffix=f".{method}")
 
-    def _prove(self, rec: TestRecord, obj: Any, kind: str, index: int, suffix: str = "") -> None:
-        """Analyse `obj`; any qflow exception becomes the program's error, never the test's."""
+    def _prove(self, rec: TestRecord, obj: Any, kind: str, index: int, suffix: str = "", spent: float = 0.0) -> None:
+        """Analyse `obj` (`spent`: seconds already spent reading it); any qflow exception
+        becomes the program's error, never the test's."""
         from qflow.api import analyze
 
         name = f"{rec.nodeid}::{kind}[{index}]{suffix}"
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() - spent
         report: Report | None = None
         error: str | None = None
         with _rng_preserved():
@@ -280,6 +281,66 @@ class Observer:
             except Exception as e:
                 error = f"{type(e).__name__}: {e}"
         rec.programs.append(Program(kind, name, time.perf_counter() - t0, report, error))
+
+
+@dataclass
+class _Captured:
+    """One Arm partition as the backend saw it after its fold pass: its domain graph, read
+    in place while the lowering ran, or why it could not be read."""
+
+    graph: Any  # qflow.graph.DomainGraph
+    error: str | None
+    seconds: float
+
+
+@contextlib.contextmanager
+def _graphs_after_fold() -> Iterator[list[_Captured]]:
+    """Like `arm.capture_after()`, but reads each partition's domain graph right where the
+    pass pipeline stands instead of deep-copying the program (weights included) to read it
+    later: the copies were most of observe mode's overhead on the Arm suite. Reading is
+    read-only (the adapter never writes to the FX graph) and never raises into the lowering."""
+    from executorch.backends.arm._passes.arm_pass_manager import (
+        _registered_pass_insertions,
+        register_pass_insertions_after,
+    )
+    from executorch.backends.arm._passes.fold_qdq_with_annotated_qparams_pass import FoldAndAnnotateQParamsPass
+    from torch.fx.passes.infra.pass_base import PassBase, PassResult
+
+    sink: list[_Captured] = []
+
+    class QflowReadPass(PassBase):
+        """Changes nothing; having `exported_program` makes the Arm pass adapter hand it the
+        current program (arm_pass_manager._ExportedProgramGraphPassAdapter)."""
+
+        __name__ = "QflowReadPass"  # the Arm pass manager names passes by this
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.exported_program: Any = None
+
+        def call(self, graph_module: Any) -> PassResult:
+            if self.exported_program is not None:
+                sink.append(_read_graph(self.exported_program))
+            return PassResult(graph_module, False)
+
+    capture = QflowReadPass()
+    register_pass_insertions_after(FoldAndAnnotateQParamsPass, [capture])
+    try:
+        yield sink
+    finally:
+        after = _registered_pass_insertions[FoldAndAnnotateQParamsPass].after_passes
+        after[:] = [p for p in after if p is not capture]
+
+
+def _read_graph(ep: Any) -> _Captured:
+    from qflow.api import domain_graph
+
+    t0 = time.perf_counter()
+    with _rng_preserved():
+        try:
+            return _Captured(domain_graph(ep), None, time.perf_counter() - t0)
+        except Exception as e:
+            return _Captured(None, f"{type(e).__name__}: {e}", time.perf_counter() - t0)
 
 
 @contextlib.contextmanager

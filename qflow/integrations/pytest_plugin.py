@@ -18,12 +18,12 @@ JUnit file.
 under PATH (`.pt2`; more suffixes with `register_loader`) is one test item that
 fails unless the program proves, so `-n auto` spreads a zoo over cores.
 
-pytest-xdist: what a test observed or proved travels on its own call-phase
-`TestReport` (the `qflow` attribute, a JSON string: pytest serializes a
-report's extra attributes to the controller). The controller — the only
-process in a serial run — collects them in `pytest_runtest_logreport` and
-alone writes every file and the summary, so `-n auto`, `--tx ssh=...` hosts
-and a serial run produce the same reports. Workers write nothing.
+pytest-xdist: what a test observed or proved travels on its own `TestReport`
+(the `qflow` attribute, a JSON string: pytest serializes a report's extra
+attributes to the controller), which collects them in
+`pytest_runtest_logreport` and alone writes every file and the summary, so
+`-n auto`, `--tx ssh=...` hosts and a serial run produce the same reports.
+Workers write nothing; a serial run hands the objects over directly.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # the observer is imported only when observing
 _OBSERVER_KEY: pytest.StashKey[Observer] = pytest.StashKey()
 _RECORD_KEY: pytest.StashKey[TestRecord] = pytest.StashKey()
 _PROVED_KEY = pytest.StashKey[list[Report]]()  # this item's qflow_prove reports, not yet sent
+_CONTROLLER = "qflow-controller"  # the plugin name of the _Controller (absent on xdist workers)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -93,7 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.stash[_OBSERVER_KEY] = Observer(keep=False)
     if not _is_worker(config):
-        config.pluginmanager.register(_Controller(config), "qflow-controller")
+        config.pluginmanager.register(_Controller(config), _CONTROLLER)
     checks = [str(p) for p in config.getoption("--qflow-check", default=[])]
     if checks:
         # the zoo is what this run collects: its paths replace the default ones (testpaths, the
@@ -202,21 +203,28 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
-    """Attach what qflow saw to the test's report: the observation record once the outcome
-    is known (call phase), and the reports of `qflow_prove` calls made so far."""
+    """Hand what qflow saw to the controller: the observation record once the outcome is known
+    (call phase), and the reports of `qflow_prove` calls made so far. A pytest-xdist worker
+    attaches them to the test's report; in a serial run the controller takes the objects."""
     report = yield
-    payload: dict[str, Any] = {}
-    proved = item.stash.get(_PROVED_KEY, None)
-    if proved:
-        payload["proved"] = [r.to_json() for r in proved]
-        proved.clear()
-    rec = item.stash.get(_RECORD_KEY, None)
-    if rec is not None and report.when == "call":
+    pending = item.stash.get(_PROVED_KEY, None)
+    proved = list(pending or ())
+    if pending:
+        pending.clear()
+    rec = item.stash.get(_RECORD_KEY, None) if report.when == "call" else None
+    if rec is not None:
         rec.outcome = report.outcome
         if hasattr(report, "wasxfail"):
             rec.outcome = {"passed": "xpassed", "skipped": "xfailed"}.get(report.outcome, report.outcome)
-        payload["observed"] = rec.to_json()
-    if payload:
+    if not proved and rec is None:
+        return report
+    controller = item.config.pluginmanager.get_plugin(_CONTROLLER)
+    if controller is not None:
+        controller.add(report.nodeid, proved, rec)
+    else:
+        payload: dict[str, Any] = {"proved": [r.to_json() for r in proved]}
+        if rec is not None:
+            payload["observed"] = rec.to_json()
         report.qflow = json.dumps(payload)  # a string: crosses execnet as is
     return report
 
@@ -257,24 +265,41 @@ class _Controller:
         return summarize(sorted(self.records, key=lambda r: r.nodeid))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A worker's test report: what qflow saw travels on it as JSON."""
         raw = getattr(report, "qflow", None)
         if not raw:
             return
         from qflow.integrations.observe import TestRecord, report_from_json
 
         payload = json.loads(raw)
+        docs = payload.get("proved", [])
+        observed = payload.get("observed")
+        rec = TestRecord.from_json(observed) if observed is not None else None
+        self.add(report.nodeid, [report_from_json(d) for d in docs], rec, docs, observed)
+
+    def add(
+        self,
+        nodeid: str,
+        proved: list[Report],
+        rec: TestRecord | None,
+        proved_docs: list[dict[str, Any]] | None = None,
+        rec_doc: dict[str, Any] | None = None,
+    ) -> None:
+        """Keep one test's reports and record; write their files (from the JSON documents
+        when a worker sent them, else rendered here)."""
         d = _report_dir(self.config)
-        start = sum(1 for n, _, _ in self.proved if n == report.nodeid)
-        for i, doc in enumerate(payload.get("proved", [])):
-            self.proved.append((report.nodeid, start + i, report_from_json(doc)))
+        start = sum(1 for n, _, _ in self.proved if n == nodeid)
+        for i, r in enumerate(proved):
+            self.proved.append((nodeid, start + i, r))
             if d is not None:
-                (d / f"{_stem(doc.get('name', ''))}.json").write_text(json.dumps(doc, indent=2))
-        if "observed" in payload:
-            doc = payload["observed"]
-            self.records.append(TestRecord.from_json(doc))
+                doc = proved_docs[i] if proved_docs is not None else r.to_json()
+                (d / f"{_stem(r.name)}.json").write_text(json.dumps(doc, indent=2))
+        if rec is not None:
+            self.records.append(rec)
             if d is not None:
                 (d / "observed").mkdir(exist_ok=True)
-                (d / "observed" / f"{_stem(doc['test'])}.json").write_text(json.dumps(doc, indent=2))
+                doc = rec_doc if rec_doc is not None else rec.to_json()
+                (d / "observed" / f"{_stem(rec.nodeid)}.json").write_text(json.dumps(doc, indent=2))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """One line of totals (and each error finding) when observing."""
