@@ -566,14 +566,21 @@ def parser() -> argparse.ArgumentParser:
 #: user can act on: torchao's optional CUDA kernels (`Failed to load ..._C_mxfp8...so`) and torch's
 #: pytree deprecation of Enum constants registered by torchao/ExecuTorch. Their errors still show.
 KNOWN_NOISE = ("torchao", "torch.utils._pytree")
+#: Deprecation warnings the pinned ExecuTorch Arm pipeline triggers inside torch (its deep copies of
+#: pytree specs), again nothing a user of qflow can act on.
+KNOWN_WARNINGS = (r"`isinstance\(treespec, LeafSpec\)` is deprecated",)
 
 
 def quiet_known_noise() -> None:
-    """Keep stderr for what is wrong: raise the known-noisy import loggers to ERROR."""
+    """Keep stderr for what is wrong: raise the known-noisy import loggers to ERROR and drop
+    the known library deprecation warnings (any other warning still shows)."""
     import logging
+    import warnings
 
     for name in KNOWN_NOISE:
         logging.getLogger(name).setLevel(logging.ERROR)
+    for message in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=FutureWarning)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
