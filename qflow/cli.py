@@ -382,7 +382,7 @@ def _repair(args: argparse.Namespace) -> int:
         print(f"qflow: {src}: cannot repair: the repaired graph does not prove\n{e.report}", file=sys.stderr)
         return EXIT_NOT_PROVED
     except QflowError as e:
-        print(f"qflow: {src}: {e}", file=sys.stderr)
+        print(f"qflow: {src}: {str(e).removeprefix(f'{src}: ')}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if not after.proved:  # nothing a requant can fix (unknown ops, missing facts)
         print(f"qflow: {src}: cannot repair: no requant discharges these\n{after}", file=sys.stderr)
