@@ -40,12 +40,12 @@ def bundled_examples() -> list[Path]:
 
 
 def expand_paths(args: Sequence[str]) -> list[Path]:
-    """The programs to check: each PATH, and the .pt2 files under each directory (sorted).
+    """The programs to check: each PATH, and the .pt2/.pte files under each directory (sorted).
     A directory without any is kept as it is, so it is reported as bad input."""
     out: list[Path] = []
     for a in args:
         p = Path(a)
-        found = sorted(p.rglob("*.pt2")) if p.is_dir() else []
+        found = sorted(f for f in p.rglob("*") if f.suffix in (".pt2", ".pte")) if p.is_dir() else []
         out += found or [p]
     return out
 
@@ -243,7 +243,8 @@ def _check(args: argparse.Namespace) -> int:
         try:
             new = []
             for name, program in _programs(p, args.form, spec):
-                dg = domain_graph(program, form=None if spec else args.form)
+                target = "arm-tosa" if spec else args.target
+                dg = domain_graph(program, form=None if spec else args.form, target=target)
                 report = analyze_graph(dg, name=name)
                 if not _quantized(dg):
                     report = dataclasses.replace(report, proved=False, notes=[NOTHING_QUANTIZED, *report.notes])
@@ -252,7 +253,7 @@ def _check(args: argparse.Namespace) -> int:
                     plan = None if report.proved or not _quantized(dg) else plan_repair(dg)
                     drawn.append((report, dg, plan, p))
         except QflowError as e:
-            message = "a directory with no .pt2 program in it" if p.is_dir() else str(e).removeprefix(f"{p}: ")
+            message = "a directory with no .pt2 or .pte program in it" if p.is_dir() else str(e).removeprefix(f"{p}: ")
             print(f"qflow: {p}: {message}", file=sys.stderr)
             bad.append(BadInput(str(p), message))
             continue
@@ -294,8 +295,12 @@ def _quantized(dg: Any) -> bool:
 def _programs(path: Path, form: str | None, spec: Any) -> list[tuple[str, Any]]:
     """(report name, program) to check for one PATH: the program itself, or with --arm each
     partition of its Arm lowering. Raises InputError for what cannot be checked as asked."""
-    from qflow.integrations.load import form_mismatch, load_program
+    from qflow.integrations.load import form_mismatch, is_pte, load_program
 
+    if spec is None and path.is_file() and is_pte(path):  # read as shipped (qflow.integrations.pte)
+        if form is not None:
+            raise InputError(f"--form {form}: a .pte program is read as shipped; --form applies to a .pt2")
+        return [(path.name, path)]
     ep = load_program(path)
     if spec is None:
         reason = form_mismatch(ep.graph_module, form)
@@ -364,7 +369,7 @@ def _arm_partitions(path: Path, ep: Any, spec: Any) -> list[tuple[str, Any]]:
 def _repair(args: argparse.Namespace) -> int:
     import torch
 
-    from qflow.api import analyze, plan, repair
+    from qflow import api
     from qflow.integrations.load import load_program
 
     src, dst = Path(args.input), Path(args.output)
@@ -374,29 +379,24 @@ def _repair(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:
         ep = load_program(src)
-        before = analyze(ep, form=args.form, name=src.name)
-        p = plan(ep, form=before.form, objective=args.objective)  # warnings may have a repair too
-        fixed = repair(ep, form=before.form, objective=args.objective) if not p.empty else ep
-        after = analyze(fixed, form=before.form, name=dst.name)
+        fixed, p, after = api.repair_with_plan(
+            ep, form=args.form, objective=args.objective, target=args.target, name=dst.name
+        )
     except ProofError as e:
         print(f"qflow: {src}: cannot repair: the repaired graph does not prove\n{e.report}", file=sys.stderr)
         return EXIT_NOT_PROVED
     except QflowError as e:
         print(f"qflow: {src}: {str(e).removeprefix(f'{src}: ')}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if not after.proved:  # nothing a requant can fix (unknown ops, missing facts)
-        print(f"qflow: {src}: cannot repair: no requant discharges these\n{after}", file=sys.stderr)
-        return EXIT_NOT_PROVED
     try:
         torch.export.save(fixed, dst)
     except (OSError, RuntimeError) as e:  # torch's zip writer raises RuntimeError for a bad path
         print(f"qflow: cannot write {dst}: {str(e).strip().splitlines()[0]}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    what = (
-        "already proved, saved unchanged"
-        if p.empty
-        else f"{len(p.requants)} requant(s) inserted, {len(p.reclaims)} claim(s) corrected"
-    )
+    what = "already proved, saved unchanged" if fixed is ep else p.summary()
+    delegates = p.delegates()
+    if delegates:
+        what += f" (lowered again: {', '.join(delegates)})"
     ob = after.obligations
     print(f"qflow: {src} → {dst}: {what}; PROVED ({ob.get('proved', 0)} obligations)")
     return EXIT_PROVED
@@ -452,6 +452,14 @@ def _add_form(p: argparse.ArgumentParser) -> None:
         "lowered (the output of to_edge_transform_and_lower: ops outside delegates run on the CPU in float; "
         "detected when the graph calls a delegate)",
     )
+    p.add_argument(
+        "--target",
+        choices=("generic", "arm-tosa", "xnnpack"),
+        default=None,
+        help="the backend the program will be lowered to, whose measured contract decides how each op lowers a "
+        "domain change (default: generic, sound for every shipped target; a lowered program's partitions are "
+        "always read by their own delegate's target)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -473,7 +481,13 @@ def parser() -> argparse.ArgumentParser:
         "1 a finding at the --fail-on level, 2 bad input (unreadable or malformed program, unwritable "
         "--output or --graph, --graph .svg without Graphviz installed).",
     )
-    c.add_argument("paths", nargs="*", metavar="PATH", help="a torch.export.save'd program (.pt2); several allowed")
+    c.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="a torch.export.save'd program (.pt2) or an ExecuTorch program (.pte, checked as shipped: "
+        "its execution plan and delegate payloads); several allowed",
+    )
     c.add_argument(
         "--format",
         choices=FORMATS,

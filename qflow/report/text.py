@@ -33,6 +33,8 @@ def render_finding(f: Finding) -> str:
     if f.produced or f.expected:  # a side without a domain (e.g. an unfused producer) is said so, not "?"
         lines.append(f"        produced: {_domain(f.produced) if f.produced else 'no domain of its own'}")
         lines.append(f"        expected: {_domain(f.expected) if f.expected else 'no domain declared'}")
+    if f.targets and f.severity != "info":
+        lines.append("        breaks:   " + "; ".join(f"{t}: {how}" for t, how in f.targets.items()))
     if f.source:
         lines.append(f"        source:   {f.source}")
     if f.fix:
@@ -44,7 +46,7 @@ def render_text(r: Report) -> str:
     ob = r.obligations
     verdict = "PROVED" if r.proved else "NOTHING QUANTIZED" if NOTHING_QUANTIZED in r.notes else "NOT PROVED"
     head = (
-        f"qflow: {r.name + ': ' if r.name else ''}{verdict} ({r.form} graph) — "
+        f"qflow: {r.name + ': ' if r.name else ''}{verdict} ({r.form} graph, target {r.target}) — "
         f"{ob.get('proved', 0)} proved, {ob.get('violated', 0)} violated, "
         f"{ob.get('unproven', 0)} unproven obligations; "
         f"{len(r.findings)} finding(s)"
