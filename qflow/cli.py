@@ -40,12 +40,12 @@ def bundled_examples() -> list[Path]:
 
 
 def expand_paths(args: Sequence[str]) -> list[Path]:
-    """The programs to check: each PATH, and the .pt2 files under each directory (sorted).
+    """The programs to check: each PATH, and the .pt2/.pte files under each directory (sorted).
     A directory without any is kept as it is, so it is reported as bad input."""
     out: list[Path] = []
     for a in args:
         p = Path(a)
-        found = sorted(p.rglob("*.pt2")) if p.is_dir() else []
+        found = sorted(f for f in p.rglob("*") if f.suffix in (".pt2", ".pte")) if p.is_dir() else []
         out += found or [p]
     return out
 
@@ -253,7 +253,7 @@ def _check(args: argparse.Namespace) -> int:
                     plan = None if report.proved or not _quantized(dg) else plan_repair(dg)
                     drawn.append((report, dg, plan, p))
         except QflowError as e:
-            message = "a directory with no .pt2 program in it" if p.is_dir() else str(e).removeprefix(f"{p}: ")
+            message = "a directory with no .pt2 or .pte program in it" if p.is_dir() else str(e).removeprefix(f"{p}: ")
             print(f"qflow: {p}: {message}", file=sys.stderr)
             bad.append(BadInput(str(p), message))
             continue
@@ -295,8 +295,12 @@ def _quantized(dg: Any) -> bool:
 def _programs(path: Path, form: str | None, spec: Any) -> list[tuple[str, Any]]:
     """(report name, program) to check for one PATH: the program itself, or with --arm each
     partition of its Arm lowering. Raises InputError for what cannot be checked as asked."""
-    from qflow.integrations.load import form_mismatch, load_program
+    from qflow.integrations.load import form_mismatch, is_pte, load_program
 
+    if spec is None and path.is_file() and is_pte(path):  # read as shipped (qflow.integrations.pte)
+        if form is not None:
+            raise InputError(f"--form {form}: a .pte program is read as shipped; --form applies to a .pt2")
+        return [(path.name, path)]
     ep = load_program(path)
     if spec is None:
         reason = form_mismatch(ep.graph_module, form)
@@ -382,7 +386,7 @@ def _repair(args: argparse.Namespace) -> int:
         print(f"qflow: {src}: cannot repair: the repaired graph does not prove\n{e.report}", file=sys.stderr)
         return EXIT_NOT_PROVED
     except QflowError as e:
-        print(f"qflow: {src}: {e}", file=sys.stderr)
+        print(f"qflow: {src}: {str(e).removeprefix(f'{src}: ')}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
         torch.export.save(fixed, dst)
@@ -576,14 +580,21 @@ def parser() -> argparse.ArgumentParser:
 #: user can act on: torchao's optional CUDA kernels (`Failed to load ..._C_mxfp8...so`) and torch's
 #: pytree deprecation of Enum constants registered by torchao/ExecuTorch. Their errors still show.
 KNOWN_NOISE = ("torchao", "torch.utils._pytree")
+#: Deprecation warnings the pinned ExecuTorch Arm pipeline triggers inside torch (its deep copies of
+#: pytree specs), again nothing a user of qflow can act on.
+KNOWN_WARNINGS = (r"`isinstance\(treespec, LeafSpec\)` is deprecated",)
 
 
 def quiet_known_noise() -> None:
-    """Keep stderr for what is wrong: raise the known-noisy import loggers to ERROR."""
+    """Keep stderr for what is wrong: raise the known-noisy import loggers to ERROR and drop
+    the known library deprecation warnings (any other warning still shows)."""
     import logging
+    import warnings
 
     for name in KNOWN_NOISE:
         logging.getLogger(name).setLevel(logging.ERROR)
+    for message in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=FutureWarning)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -40,3 +40,21 @@ def test_a_missing_file_is_an_input_error(tmp_path) -> None:
     bad.write_bytes(b"not a zip")
     with pytest.raises(InputError, match="not a .pt2 archive"):
         qflow.analyze(bad)
+
+
+def test_a_directory_is_named_as_one(tmp_path) -> None:
+    with pytest.raises(InputError, match="is a directory"):
+        qflow.analyze(tmp_path)
+
+
+def test_a_form_override_that_contradicts_the_graph_is_explained(built) -> None:
+    """The CLI refuses these (exit 2); the reason names what the graph lacks."""
+    from qflow.integrations.load import form_mismatch
+
+    b = built("seed000_probe")
+    qdq = b.exported.graph_module
+    assert "no node carries the Arm fold pass's input_qparams" in form_mismatch(qdq, "folded")
+    assert "calls no delegate and is not in the edge dialect" in form_mismatch(qdq, "lowered")
+    assert form_mismatch(qdq, "qdq") is None and form_mismatch(qdq, None) is None
+    assert form_mismatch(b.partitions[0].graph_module, "folded") is None
+    assert form_mismatch(b.lowered.exported_program().graph_module, "lowered") is None

@@ -271,7 +271,6 @@ def test_help_documents_graph(capsys) -> None:
         assert words in out
 
 
-
 def test_without_dot_the_svg_tests_skip_visibly_and_fail_on_ci(monkeypatch) -> None:
     """What a fresh machine without Graphviz and CI each get from the fixture's rule."""
     monkeypatch.setattr(picture, "dot_available", lambda: False)
@@ -283,3 +282,62 @@ def test_without_dot_the_svg_tests_skip_visibly_and_fail_on_ci(monkeypatch) -> N
         require_dot()
     monkeypatch.setattr(picture, "dot_available", lambda: True)
     require_dot()  # installed: the test runs
+
+
+# -- Google Model Explorer overlay ----------------------------------------------------------------------
+
+
+def test_explorer_overlay_loads_in_model_explorer(capsys, tmp_path) -> None:
+    """`--explorer DIR` through the CLI; the program and the overlay read back with Model Explorer's
+    own Python API: its PyTorch adapter builds the graph, its node-data classes read the overlay."""
+    import json
+
+    import dacite
+    import model_explorer
+    from model_explorer import node_data_builder as ndb
+    from model_explorer.builtin_pytorch_exportedprogram_adapter import BuiltinPytorchExportedProgramAdapter
+    from model_explorer.consts import DEFAULT_SETTINGS
+
+    out = tmp_path / "explorer"
+    assert main(["check", FAILING, CONTROL, "--explorer", str(out)]) == 1
+    err = capsys.readouterr().err
+    prog, status, domains = (
+        out / n
+        for n in (
+            "seed000_cat_requant.pt2",
+            "seed000_cat_requant.qflow-status.json",
+            "seed000_cat_requant.qflow-domains.json",
+        )
+    )
+    assert f"model-explorer {prog} --node_data_paths={status},{domains}" in err
+
+    graphs = BuiltinPytorchExportedProgramAdapter().convert(str(prog), DEFAULT_SETTINGS)["graphs"]
+    [graph] = [g for g in graphs if g.id == "graph"]
+    ids = {n.id for n in graph.nodes}
+    st = dacite.from_dict(ndb.GraphNodeData, json.loads(status.read_text(encoding="utf-8"))["graph"])
+    text = dacite.Config(check_types=False)  # text values: the web app shows them, the dataclass says numbers
+    dom = dacite.from_dict(ndb.GraphNodeData, json.loads(domains.read_text(encoding="utf-8"))["graph"], config=text)
+    assert st.name.startswith("qflow status (0 none, 1 proved, 2 unproven, 3 violated)") and dom.name == "qflow domains"
+    assert set(st.results) <= ids and set(dom.results) == set(st.results) and "cat" in st.results
+    assert st.results["cat"].value == 3 and st.results["cat"].bgColor == COLOURS["violated"][0]
+    assert "produced real on int8 s=0.1 zp=102, expected int16 s=3.052e-05 zp=0" in dom.results["cat"].value
+    assert "plan: requant" in dom.results["cat"].value and "→ int16 s=3.052e-05 zp=0" in dom.results["cat"].value
+    others = {v.value for k, v in st.results.items() if k != "cat"}
+    assert others == {0, 1}  # no obligation, proved
+    requant_at = {k for k, v in st.results.items() if v.bgColor == REQUANT[0]}
+    assert requant_at == set()  # the one planned requant sits on cat's edge: cat stays red
+    clean = dacite.from_dict(
+        ndb.GraphNodeData, json.loads((out / "seed000_control.qflow-status.json").read_text(encoding="utf-8"))["graph"]
+    )
+    assert {v.bgColor for v in clean.results.values()} <= {COLOURS["proved"][0], COLOURS["none"][0]}
+
+    cfg = model_explorer.config().add_model_from_path(str(prog)).add_node_data_from_path(str(status))
+    assert str(prog) in cfg.to_url_param_value() and str(status) in cfg.to_url_param_value()
+
+
+def test_explorer_needs_its_extra(capsys, tmp_path, monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "model_explorer", None)  # not installed
+    assert main(["check", CONTROL, "--explorer", str(tmp_path / "x")]) == 2
+    assert "qflow[explorer]" in capsys.readouterr().err and not (tmp_path / "x").exists()

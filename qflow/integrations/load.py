@@ -40,6 +40,18 @@ def _register_quant_ops() -> None:
         import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401
 
 
+def is_pte(path: str | Path) -> bool:
+    """An ExecuTorch program (.pte, or a file with its flatbuffer identifier "ET..")."""
+    p = Path(path)
+    if p.suffix == ".pte":
+        return True
+    try:
+        with open(p, "rb") as f:
+            return f.read(8)[4:6] == b"ET"
+    except OSError:
+        return False
+
+
 def load_program(path: str | Path) -> torch.export.ExportedProgram:
     """Load a `torch.export.save`d program. torch.export.load reads the graph
     from its JSON serialization and tensors with the weights-only unpickler,
@@ -52,9 +64,7 @@ def load_program(path: str | Path) -> torch.export.ExportedProgram:
     try:
         import zipfile
 
-        with open(p, "rb") as f:
-            head = f.read(8)
-        if p.suffix == ".pte" or head[4:6] == b"ET":
+        if is_pte(p):
             raise InputError(
                 f"{p}: an ExecuTorch program (.pte): `qflow check` / qflow.analyze read it as shipped; "
                 "repair and --arm need the exported program (.pt2)"

@@ -7,9 +7,12 @@ qflow writes *node data* next to the program, built with Model Explorer's own
 
 * `NAME.qflow-status.json` — each node coloured by the status of the
   obligations reported at it (red violated, yellow unproven, green proved,
-  blue where the repair plan puts a change), its value the status in words;
-* `NAME.qflow-domains.json` — the same colours, its value the domain the node
-  produces, what a failed consumer expected, and the planned requant.
+  blue where the repair plan puts a change), its value the status as a number
+  (STATUS_VALUES), so Model Explorer's stats and filters work on it;
+* `NAME.qflow-domains.json` — the same colours, its value a text: the domain the
+  node produces, what a failed consumer expected, and the planned requant (Model
+  Explorer shows text values on the node and in its table; its Python dataclass
+  is typed for numbers only, so read this file with type checks off).
 
 `model-explorer NAME.pt2 --node_data_paths=NAME.qflow-status.json,NAME.qflow-domains.json`
 opens both. Torch-free; needs the `explorer` extra.
@@ -30,6 +33,8 @@ from qflow.solvers.repair import Plan
 
 #: The graph id Model Explorer's PyTorch ExportedProgram adapter gives the program's graph.
 GRAPH_ID = "graph"
+#: status → the numeric value of the status overlay.
+STATUS_VALUES = {"none": 0, "proved": 1, "unproven": 2, "violated": 3}
 INSTALL_HINT = (
     "the Model Explorer overlay needs ai-edge-model-explorer: pip install -c constraints.txt 'qflow[explorer]'"
 )
@@ -70,7 +75,7 @@ def node_data(report: Report, dg: DomainGraph, plan: Plan | None = None) -> tupl
     """(status, domains) as Model Explorer `ModelNodeData`, one result per value of the graph."""
     from model_explorer import node_data_builder as ndb
 
-    status = statuses(report, dg)
+    status_of = statuses(report, dg)
     env = propagate({v.name: v.definition for v in dg.values()})
     planned = _plan_notes(plan)
     failed: dict[str, list[str]] = {}
@@ -83,17 +88,17 @@ def node_data(report: Report, dg: DomainGraph, plan: Plan | None = None) -> tupl
     st_results: dict[str, Any] = {}
     dom_results: dict[str, Any] = {}
     for name in dg.g:
-        st = status.get(name, "none")
+        st = status_of.get(name, "none")
         fill, ink = (REQUANT if name in planned and st != "violated" else COLOURS[st])[0], None
         if st == "violated":
             ink = COLOURS["violated"][1]
-        words = st if st != "none" else "no obligation"
-        if name in planned:
-            words += " · repair planned"
-        st_results[name] = ndb.NodeDataResult(value=words, bgColor=fill, textColor=ink)
+        st_results[name] = ndb.NodeDataResult(value=STATUS_VALUES[st], bgColor=fill, textColor=ink)
         parts = failed.get(name) or [_elem(env.get(name)) or "no domain"]
         dom_results[name] = ndb.NodeDataResult(value="; ".join(parts + planned.get(name, [])), bgColor=fill)
-    status_data = ndb.ModelNodeData(graphsData={GRAPH_ID: ndb.GraphNodeData(name="qflow status", results=st_results)})
+    legend = ", ".join(f"{v} {k}" for k, v in STATUS_VALUES.items())
+    thresholds = [ndb.ThresholdItem(value=v, bgColor=COLOURS[k][0]) for k, v in STATUS_VALUES.items()]
+    status = ndb.GraphNodeData(name=f"qflow status ({legend})", results=st_results, thresholds=thresholds)
+    status_data = ndb.ModelNodeData(graphsData={GRAPH_ID: status})
     domain_data = ndb.ModelNodeData(graphsData={GRAPH_ID: ndb.GraphNodeData(name="qflow domains", results=dom_results)})
     return status_data, domain_data
 
