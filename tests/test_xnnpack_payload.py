@@ -246,3 +246,13 @@ def test_an_empty_fused_activation_range_is_flagged(xnnpack) -> None:
 def test_a_payload_that_is_no_xnnpack_flatbuffer_is_bad_input() -> None:
     with pytest.raises(qflow.InputError, match="XNNPACK"):
         xnn.read_payload(b"\x00\x00\x00\x00XH00\x1e\x00" + b"\xff" * 24)
+
+
+def test_an_inline_delegate_payload_reads_like_a_segment(xnnpack) -> None:
+    from executorch.exir import ExecutorchBackendConfig
+
+    lowered, path, _ = xnnpack("cat_pool")
+    inline = lowered.to_executorch(ExecutorchBackendConfig(extract_delegate_segments=False)).buffer
+    [d] = pte.read_pte(inline).plans[0].delegates
+    assert d.payload == _payload(path)[1]
+    assert qflow.analyze(pte.build(inline)).obligations == qflow.analyze(path).obligations

@@ -329,19 +329,28 @@ def _read_program(prog: Any, data: bytes, base: int, where: str) -> PteProgram:
                 if ref.Index() >= prog.BackendDelegateDataLength():
                     raise InputError(f"{where}: delegate {di} inline data {ref.Index()} does not exist")
                 blob = prog.BackendDelegateData(ref.Index())
-                payload = blob.DataAsNumpy().tobytes() if blob.DataLength() else b""
+                payload = _vector_bytes(blob, 4)
             else:
                 payload = _segment(prog, data, base, ref.Index(), where)
             specs = []
             for si in range(d.CompileSpecsLength()):
                 cs = d.CompileSpecs(si)
-                val = cs.ValueAsNumpy().tobytes() if cs.ValueLength() else b""
+                val = _vector_bytes(cs, 6)
                 specs.append((_s(cs.Key()), val))
             delegates.append(Delegate(di, _s(d.Id()), payload, tuple(specs)))
         inputs = tuple(int(ep.Inputs(i)) for i in range(ep.InputsLength()))
         outputs = tuple(int(ep.Outputs(i)) for i in range(ep.OutputsLength()))
         plans.append(Plan(_s(ep.Name()), values, inputs, outputs, tuple(calls), tuple(delegates)))
     return PteProgram(where, tuple(plans), _constant_reader(prog, data, base, where))
+
+
+def _vector_bytes(obj: Any, field: int) -> bytes:
+    """A [ubyte] field of a generated table as bytes (no numpy needed)."""
+    o = obj._tab.Offset(field)
+    if not o:
+        return b""
+    start, n = obj._tab.Vector(o), obj._tab.VectorLen(o)
+    return bytes(obj._tab.Bytes[start : start + n])
 
 
 def _constant_reader(prog: Any, data: bytes, base: int, where: str) -> Any:
@@ -356,7 +365,7 @@ def _constant_reader(prog: Any, data: bytes, base: int, where: str) -> Any:
             return seg[offsets[idx] : end]
         if idx < prog.ConstantBufferLength():
             buf = prog.ConstantBuffer(idx)
-            return buf.StorageAsNumpy().tobytes() if buf.StorageLength() else b""
+            return _vector_bytes(buf, 4)
         return None
 
     return read
