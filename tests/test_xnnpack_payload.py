@@ -256,3 +256,17 @@ def test_an_inline_delegate_payload_reads_like_a_segment(xnnpack) -> None:
     [d] = pte.read_pte(inline).plans[0].delegates
     assert d.payload == _payload(path)[1]
     assert qflow.analyze(pte.build(inline)).obligations == qflow.analyze(path).obligations
+
+
+def test_a_delegate_output_the_program_declares_int8_is_checked_against_the_payload(xnnpack) -> None:
+    from test_pte import _patch_scalar_type
+
+    _, path, _ = xnnpack("cat_pool")
+    data = path.read_bytes()
+    plan = pte.read_pte(data).plans[0]
+    out = plan.outputs[0]
+    assert plan.values[out].dtype == "float32"
+    r = qflow.analyze(pte.build(_patch_scalar_type(data, out, 1)))  # CHAR
+    [f] = [f for f in r.findings if f.kind == "delegate-dtype-mismatch"]
+    assert f.node == "delegate_0/output_0" and f.severity == "error"
+    assert "XNNPACK flatbuffer" in f.message and "produces float32" in f.message and "declares int8" in f.message

@@ -26,6 +26,7 @@ here imports torch or ExecuTorch's Python packages.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import importlib.util
 import re
@@ -94,6 +95,7 @@ def generated(namespace: str) -> Any:
         if _GEN_DIR is None:
             et = executorch_dir()
             out = Path(tempfile.mkdtemp(prefix="qflow-flatc-"))
+            atexit.register(shutil.rmtree, out, ignore_errors=True)
             src = out / "schemas"
             src.mkdir()
             schemas = {
