@@ -297,6 +297,8 @@ def _programs(path: Path, form: str | None, spec: Any) -> list[tuple[str, Any]]:
     partition of its Arm lowering. Raises InputError for what cannot be checked as asked."""
     from qflow.integrations.load import form_mismatch, load_program
 
+    if spec is None and path.suffix == ".pte":  # an ExecuTorch program, read as shipped (qflow.integrations.pte)
+        return [(path.name, path)]
     ep = load_program(path)
     if spec is None:
         reason = form_mismatch(ep.graph_module, form)
