@@ -19,11 +19,13 @@ def domain_graph(obj: Any, form: str | None = None, target: str | Target | None 
     if isinstance(obj, DomainGraph):
         return obj
     t = targets.get(target)  # an unknown name fails before any torch import
-    if isinstance(obj, (str, Path)) and str(obj).endswith(".pte"):  # the shipped program: torch-free
+    pte_bytes = isinstance(obj, (bytes, bytearray)) and bytes(obj[4:6]) == b"ET"
+    if pte_bytes or (isinstance(obj, (str, Path)) and str(obj).endswith(".pte")):  # as shipped: torch-free
         from qflow.integrations import pte
 
         if form not in (None, "lowered"):
-            raise InputError(f"{obj}: an ExecuTorch program is read as shipped (form 'lowered'), not {form!r}")
+            what = "the .pte bytes" if pte_bytes else str(obj)
+            raise InputError(f"{what}: an ExecuTorch program is read as shipped (form 'lowered'), not {form!r}")
         return pte.build(obj)
     from qflow.integrations import annotated
     from qflow.integrations.fx import build
@@ -44,8 +46,9 @@ def analyze(obj: Any, form: str | None = None, name: str = "", target: str | Tar
 
     `obj` is a torch.fx.GraphModule (annotated, PT2E Q/DQ, or Arm-folded), a
     torch.export.ExportedProgram, an ExecuTorch EdgeProgramManager, a path to
-    a .pt2 file or to an ExecuTorch .pte program (read as shipped, with its
-    delegate payloads; no torch needed), or a DomainGraph. `form` overrides the detected IR form
+    a .pt2 file, an ExecuTorch .pte program (its path or its bytes, e.g.
+    ``to_executorch().buffer``: read as shipped, with its delegate payloads;
+    no torch needed), or a DomainGraph. `form` overrides the detected IR form
     ("annotated", "qdq", "folded" or "lowered"; a lowered program that
     delegates nothing looks like a Q/DQ graph, so say "lowered" for it).
     `target` names the backend whose contract the program is proved against

@@ -26,6 +26,7 @@ here imports torch or ExecuTorch's Python packages.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import importlib.util
 import re
@@ -94,6 +95,7 @@ def generated(namespace: str) -> Any:
         if _GEN_DIR is None:
             et = executorch_dir()
             out = Path(tempfile.mkdtemp(prefix="qflow-flatc-"))
+            atexit.register(shutil.rmtree, out, ignore_errors=True)
             src = out / "schemas"
             src.mkdir()
             schemas = {
@@ -329,19 +331,28 @@ def _read_program(prog: Any, data: bytes, base: int, where: str) -> PteProgram:
                 if ref.Index() >= prog.BackendDelegateDataLength():
                     raise InputError(f"{where}: delegate {di} inline data {ref.Index()} does not exist")
                 blob = prog.BackendDelegateData(ref.Index())
-                payload = blob.DataAsNumpy().tobytes() if blob.DataLength() else b""
+                payload = _vector_bytes(blob, 4)
             else:
                 payload = _segment(prog, data, base, ref.Index(), where)
             specs = []
             for si in range(d.CompileSpecsLength()):
                 cs = d.CompileSpecs(si)
-                val = cs.ValueAsNumpy().tobytes() if cs.ValueLength() else b""
+                val = _vector_bytes(cs, 6)
                 specs.append((_s(cs.Key()), val))
             delegates.append(Delegate(di, _s(d.Id()), payload, tuple(specs)))
         inputs = tuple(int(ep.Inputs(i)) for i in range(ep.InputsLength()))
         outputs = tuple(int(ep.Outputs(i)) for i in range(ep.OutputsLength()))
         plans.append(Plan(_s(ep.Name()), values, inputs, outputs, tuple(calls), tuple(delegates)))
     return PteProgram(where, tuple(plans), _constant_reader(prog, data, base, where))
+
+
+def _vector_bytes(obj: Any, field: int) -> bytes:
+    """A [ubyte] field of a generated table as bytes (no numpy needed)."""
+    o = obj._tab.Offset(field)
+    if not o:
+        return b""
+    start, n = obj._tab.Vector(o), obj._tab.VectorLen(o)
+    return bytes(obj._tab.Bytes[start : start + n])
 
 
 def _constant_reader(prog: Any, data: bytes, base: int, where: str) -> Any:
@@ -356,7 +367,7 @@ def _constant_reader(prog: Any, data: bytes, base: int, where: str) -> Any:
             return seg[offsets[idx] : end]
         if idx < prog.ConstantBufferLength():
             buf = prog.ConstantBuffer(idx)
-            return buf.StorageAsNumpy().tobytes() if buf.StorageLength() else b""
+            return _vector_bytes(buf, 4)
         return None
 
     return read
@@ -480,15 +491,36 @@ def _xnnpack_payload(d: Delegate, prefix: str) -> PayloadIO:
 
 
 _VELA_ITEM = {1: "int8", 2: "int16"}  # 4 bytes is int32 or float32: Vela knows bytes, not types
+_VELA_BLOCK = struct.Struct("<16sIB11s")  # executorch/backends/arm/arm_vela.py: name, length, external flag
+
+
+def vela_io_elem_sizes(blob: bytes) -> dict[str, list[int]] | None:
+    """{"inputs": [...], "outputs": [...]} element sizes from a Vela binary stream
+    (ArmBackendEthosU's format: 16-byte aligned named blocks; each io block is
+    a count, then per tensor a 6-D shape, elem_size, offset, region). The same
+    reader as ``qflow.integrations.delegate``'s, without its torch import."""
+    try:
+        pos, out = 0, {}
+        while pos + _VELA_BLOCK.size <= len(blob):
+            name, length, external, _ = _VELA_BLOCK.unpack_from(blob, pos)
+            pos += _VELA_BLOCK.size
+            key = name.rstrip(b"\x00").decode()
+            if key in ("inputs", "outputs") and not external:
+                (n,) = struct.unpack_from("<i", blob, pos)
+                out[key] = [struct.unpack_from("<9i", blob, pos + 4 + 36 * i)[6] for i in range(n)]
+            if key == "vela_end_stream":
+                break
+            pos += (length + 15) // 16 * 16
+        return out if set(out) == {"inputs", "outputs"} else None
+    except (struct.error, UnicodeDecodeError):
+        return None
 
 
 def _vela_payload(d: Delegate, fed: list[str], declared: list[str]) -> PayloadIO:
     """Ethos-U: Vela's command stream states each IO tensor's element size, not
     its type or domain. A size that agrees with the program's dtype confirms it;
     another names the dtype the NPU really reads or writes."""
-    from qflow.integrations.delegate import _vela_io_elem_sizes  # the one Vela block reader (imports torch)
-
-    sizes = _vela_io_elem_sizes(d.payload)
+    sizes = vela_io_elem_sizes(d.payload)
     if sizes is None or len(sizes["inputs"]) != len(fed) or len(sizes["outputs"]) != len(declared):
         return PayloadIO(None, None, "Vela command stream (unreadable)")
 
