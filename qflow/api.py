@@ -2,51 +2,67 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from qflow import targets
 from qflow.analysis import analyze_graph
-from qflow.errors import ProofError
+from qflow.errors import InputError, ProofError
 from qflow.graph import DomainGraph
 from qflow.report.model import Report
 from qflow.solvers.repair import Plan, plan_repair
+from qflow.targets import Target
 
 
-def domain_graph(obj: Any, form: str | None = None) -> DomainGraph:
+def domain_graph(obj: Any, form: str | None = None, target: str | Target | None = None) -> DomainGraph:
     """The domain graph qflow builds for `obj` (see `analyze` for what it accepts)."""
     if isinstance(obj, DomainGraph):
         return obj
+    t = targets.get(target)  # an unknown name fails before any torch import
+    if isinstance(obj, (str, Path)) and str(obj).endswith(".pte"):  # the shipped program: torch-free
+        from qflow.integrations import pte
+
+        if form not in (None, "lowered"):
+            raise InputError(f"{obj}: an ExecuTorch program is read as shipped (form 'lowered'), not {form!r}")
+        return pte.build(obj)
     from qflow.integrations import annotated
     from qflow.integrations.fx import build
     from qflow.integrations.load import graph_module_of
 
     gm, ep = graph_module_of(obj)
     if form == "annotated" or (form is None and annotated.is_annotated(gm) and not _has_qdq(gm)):
-        return annotated.build(gm)
-    return build(gm, ep, form)
+        return annotated.build(gm, t)
+    return build(gm, ep, form, t)
 
 
 def _has_qdq(gm: Any) -> bool:
     return any("quantize_per_" in str(n.target) for n in gm.graph.nodes if n.op == "call_function")
 
 
-def analyze(obj: Any, form: str | None = None, name: str = "") -> Report:
+def analyze(obj: Any, form: str | None = None, name: str = "", target: str | Target | None = None) -> Report:
     """Prove that every consumer in `obj` sees the domain it declares.
 
     `obj` is a torch.fx.GraphModule (annotated, PT2E Q/DQ, or Arm-folded), a
     torch.export.ExportedProgram, an ExecuTorch EdgeProgramManager, a path to
-    a .pt2 file, or a DomainGraph. `form` overrides the detected IR form
+    a .pt2 file or to an ExecuTorch .pte program (read as shipped, with its
+    delegate payloads; no torch needed), or a DomainGraph. `form` overrides the detected IR form
     ("annotated", "qdq", "folded" or "lowered"; a lowered program that
     delegates nothing looks like a Q/DQ graph, so say "lowered" for it).
+    `target` names the backend whose contract the program is proved against
+    ("arm-tosa", "xnnpack", or an ExecuTorch partitioner object; None or
+    "generic": every shipped target at once). A lowered program's partitions
+    are always read by their own delegate's target.
     """
-    return analyze_graph(domain_graph(obj, form), name=name)
+    return analyze_graph(domain_graph(obj, form, target), name=name)
 
 
-def plan(obj: Any, form: str | None = None, objective: str = "count") -> Plan:
+def plan(obj: Any, form: str | None = None, objective: str = "count", target: str | Target | None = None) -> Plan:
     """The minimal requant plan for `obj` (nothing is modified)."""
-    return plan_repair(domain_graph(obj, form), objective)
+    t = targets.get(target)
+    return plan_repair(domain_graph(obj, form, t), objective, int16_zero_point_zero=t.int16_zero_point_zero)
 
 
-def repair(obj: Any, form: str | None = None, objective: str = "count", target: Any = None) -> Any:
+def repair(obj: Any, form: str | None = None, objective: str = "count", target: str | Target | None = None) -> Any:
     """A copy of `obj`, of the same kind, with the minimal set of requants inserted.
 
     `obj` is anything `analyze` takes; a `.pt2` path is loaded and the repaired
@@ -73,18 +89,19 @@ def repair_with_plan(
     import copy
     from pathlib import Path
 
-    from qflow import targets
     from qflow.integrations.load import graph_module_of, load_program
     from qflow.integrations.rewrite import apply_plan, relower_delegates, split_plan
 
     if isinstance(obj, (str, Path)):
         obj = load_program(obj)
-    dg = domain_graph(obj, form)
-    before = analyze_graph(dg, name=name)
     t = targets.get(target)
+    dg = domain_graph(obj, form, t)
+    before = analyze_graph(dg, name=name)
     p = plan_repair(dg, objective, int16_zero_point_zero=t.int16_zero_point_zero)
     # an activation's own domain must keep the numbers (else the finding stays)
-    p.activation_domains = {q: d for q, d in p.activation_domains.items() if _same_meaning(*d)}
+    p.activation_domains = {
+        q: d for q, d in p.activation_domains.items() if _activation_of(dg, q) is None or _same_meaning(*d)
+    }
     if before.proved:
         # never repair what already proves; only a warning's own fix (an
         # activation given a domain of the same meaning) is carried out
@@ -101,7 +118,7 @@ def repair_with_plan(
     parent, inside = split_plan(p)
     relower_delegates(gm, inside)  # a change inside a delegate: its partition, lowered again
     apply_plan(gm, parent)
-    after = analyze(repaired, form=dg.form, name=name)
+    after = analyze(repaired, form=dg.form, name=name, target=t)
     after.repair = p.to_json()
     if not after.proved:
         raise ProofError(_blocked(after, p))

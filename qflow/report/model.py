@@ -26,6 +26,9 @@ class Finding:
     fix: str = ""
     source: str | None = None  # "file:line" of the model code when the node has a stack trace
     module: str | None = None  # nn.Module path
+    #: On which targets the program breaks, and how ("silent miscompile",
+    #: "refused at lowering", "refused at load").
+    targets: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v not in (None, "")}
@@ -38,6 +41,8 @@ class Report:
     obligations: dict[str, int]
     form: str = "unknown"
     name: str = ""
+    #: The target whose contract the program was proved against.
+    target: str = "generic"
     notes: list[str] = field(default_factory=list)
     stats: dict[str, float] = field(default_factory=dict)
     #: The propagated lattice element of every value (for pictures and debugging).
@@ -54,6 +59,7 @@ class Report:
             "schema": SCHEMA,
             "name": self.name,
             "form": self.form,
+            "target": self.target,
             "proved": self.proved,
             "findings": [f.to_dict() for f in self.findings],
             "obligations": dict(self.obligations),

@@ -280,7 +280,11 @@ class Planner:
         obs: list[Obligation] = []
         for ob in self.dg.obligations:
             if ob.kind is ObligationKind.STRUCTURAL:
-                if ob.finding_kind == "non-fuseable-activation" and ob.fix_domain and ob.edge and ob.expected:
+                # a rule that knows a domain in which the quantize at the end of
+                # its edge computes right (an activation's exactly fuseable one,
+                # a zero-point-only op's input scale) gets it, then a requant
+                fixable = not ob.holds or ob.finding_kind == "non-fuseable-activation"
+                if fixable and ob.fix_domain and ob.edge and ob.expected:
                     plan.activation_domains[ob.edge[1]] = (ob.expected, ob.fix_domain)
                 elif ob.finding_kind == "delegate-dtype-mismatch" and not ob.holds and ob.arg.startswith("input"):
                     rq = self._boundary_input(ob)

@@ -1,0 +1,467 @@
+"""One campaign case: generate → quantize → qflow in every form → lower → run on
+the real backend → compare with the fake-quantized model → repair → lower and
+run again. Returns one JSON-able dict; every stage's failure is an outcome,
+never an exception out of `run_case`.
+
+Truth rule (see README.md here): the lowered program *computes right* when,
+on every output, max |backend − fake-quant| ≤ 1 output LSB + 1 step of the
+coarsest quantization grid on that output's path (the largest scale of any
+activation quantize/dequantize upstream of it): the backend rounds at every
+rescale where the fake-quantized model computes in float, and one rounding
+step upstream is worth up to one coarse step at the output. A *marginal*
+case (≤ 4 coarse steps) is kept apart from the miscompiles.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import random
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+try:  # run as a script (benchmarks/soundness on sys.path) or as a package
+    from gen import SpecModel, generate, sample_inputs
+except ImportError:  # pragma: no cover
+    from benchmarks.soundness.gen import SpecModel, generate, sample_inputs
+
+VARIANTS = ("arm-pc", "arm-pt", "arm-a16w8", "arm-custom", "xnn", "xnn-custom")
+TARGET_OF = {"xnn": "xnnpack", "xnn-custom": "xnnpack"}  # every other variant lowers to arm-tosa
+SPEC_OF = {"arm-pc": "TOSA-1.0+INT", "arm-pt": "TOSA-1.0+INT", "arm-a16w8": "TOSA-1.0+INT+int16"}
+SPEC_OF["arm-custom"] = "TOSA-1.0+INT+int16"
+N_CALIB = 6
+N_TEST = 2
+MARGINAL_STEPS = 4.0
+
+Inputs = tuple[torch.Tensor, ...]
+
+
+def case_id(index: int, variant: str | None = None) -> str:
+    """`00012-arm-pc`: the generator seed and the quantization variant."""
+    return f"{index:05d}-{variant or VARIANTS[index % len(VARIANTS)]}"
+
+
+def parse_id(cid: str) -> tuple[int, str]:
+    index, variant = cid.split("-", 1)
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r} in case id {cid!r}; expected one of {VARIANTS}")
+    return int(index), variant
+
+
+def target_of(variant: str) -> str:
+    return TARGET_OF.get(variant, "arm-tosa")
+
+
+# ---------------------------------------------------------------- quantizers
+
+
+def _fixed_qspec(scale: float, zp: int, int16: bool) -> Any:
+    from executorch.backends.arm.quantizer.arm_quantizer import QuantizationSpec
+    from torchao.quantization.pt2e.observer import FixedQParamsObserver
+
+    dtype = torch.int16 if int16 else torch.int8
+    qmin, qmax = (-32767, 32767) if int16 else (-128, 127)
+    qscheme = torch.per_tensor_symmetric if int16 else torch.per_tensor_affine
+    return QuantizationSpec(
+        dtype=dtype,
+        observer_or_fake_quant_ctr=FixedQParamsObserver.with_args(
+            scale=scale,
+            zero_point=zp,
+            dtype=torch.int16 if int16 else torch.qint8,
+            qscheme=qscheme,
+            quant_min=qmin,
+            quant_max=qmax,
+        ),
+        quant_min=qmin,
+        quant_max=qmax,
+        qscheme=qscheme,
+        is_dynamic=False,
+    )
+
+
+def _random_fixed(rng: random.Random, int16_ok: bool) -> tuple[Any, dict[str, Any]]:
+    if int16_ok and rng.random() < 0.4:
+        scale = rng.uniform(1.0, 8.0) / 32767.0
+        return _fixed_qspec(scale, 0, True), {"dtype": "int16", "scale": scale, "zp": 0}
+    scale, zp = rng.uniform(0.005, 0.05), rng.randint(-120, 120)
+    return _fixed_qspec(scale, zp, False), {"dtype": "int8", "scale": scale, "zp": zp}
+
+
+_FAVOURED = ("cat", "stack", "view", "reshape", "permute", "slice", "pad", "pool", "relu", "hardtanh", "clamp", "neg")
+_FAVOURED += ("abs", "flatten", "squeeze", "upsample", "pixel_shuffle", "mean", "sum")
+
+
+def override_annotations(gm: torch.fx.GraphModule, rng: random.Random, int16_ok: bool) -> list[dict[str, Any]]:
+    """Seed 000's style: some nodes' output qspec replaced by fixed qparams; each
+    consumer's input spec for it made the same (consistent), different, or left."""
+    from executorch.backends.arm.quantizer.arm_quantizer_utils import mark_node_as_annotated
+
+    cands = [
+        n
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+        and n.meta.get("quantization_annotation") is not None
+        and n.meta["quantization_annotation"].output_qspec is not None
+    ]
+    # Pass-through ops and activations are where a folded requant goes missing (seed 000, 001): favour them.
+    weights = [3.0 if any(k in str(n.target) for k in _FAVOURED) else 1.0 for n in cands]
+    chosen: list[torch.fx.Node] = []
+    for _ in range(min(len(cands), rng.randint(1, 3))):
+        pick = rng.choices(range(len(cands)), weights=weights)[0]
+        chosen.append(cands[pick])
+        weights[pick] = 0.0
+        if not any(weights):
+            break
+    done: list[dict[str, Any]] = []
+    for node in chosen:
+        qspec, desc = _random_fixed(rng, int16_ok)
+        node.meta["quantization_annotation"].output_qspec = qspec
+        mark_node_as_annotated(node)
+        entry: dict[str, Any] = {"node": node.name, "output": desc, "users": {}}
+        for user in node.users:
+            qa = user.meta.get("quantization_annotation")
+            if qa is None or node not in qa.input_qspec_map:
+                continue
+            how = rng.choice(["consistent", "other", "leave"])
+            if how == "consistent":
+                qa.input_qspec_map[node] = qspec
+            elif how == "other":
+                qa.input_qspec_map[node], udesc = _random_fixed(rng, int16_ok)
+                how = f"other {udesc}"
+            entry["users"][user.name] = how
+        done.append(entry)
+    return done
+
+
+def make_quantizer(variant: str, rng: random.Random, sink: dict[str, Any]) -> Any:
+    """The variant's real quantizer; `sink` receives the annotated graph and overrides."""
+    if variant.startswith("xnn"):
+        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+            XNNPACKQuantizer,
+            get_symmetric_quantization_config,
+        )
+
+        q: Any = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    else:
+        from executorch.backends.arm.quantizer import (
+            get_symmetric_a16w8_quantization_config,
+            get_symmetric_quantization_config,
+        )
+
+        from qflow.integrations import arm
+
+        if variant == "arm-a16w8":
+            cfg = get_symmetric_a16w8_quantization_config(is_per_channel=True)
+        else:
+            cfg = get_symmetric_quantization_config(is_per_channel=variant != "arm-pt")
+        q = arm.default_quantizer(SPEC_OF[variant], cfg)
+    stock = q.annotate
+
+    def annotate(model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        model = stock(model)
+        if variant.endswith("-custom"):
+            sink["overrides"] = override_annotations(model, rng, int16_ok=variant.startswith("arm"))
+        sink["annotated"] = copy.deepcopy(model)
+        return model
+
+    q.annotate = annotate
+    return q
+
+
+# ---------------------------------------------------------------- backends
+
+
+def lower(variant: str, ep: Any, inputs: Inputs) -> tuple[Any, list[Any]]:
+    """Lower with the stock partitioner; Arm partitions are captured after the fold pass."""
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    if variant.startswith("xnn"):
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        edge = to_edge_transform_and_lower(
+            ep, partitioner=[XnnpackPartitioner()], compile_config=EdgeCompileConfig(_check_ir_validity=False)
+        )
+        return edge, []
+    from qflow.integrations import arm
+
+    with arm.capture_after() as partitions:
+        edge = arm.lower(ep, inputs, SPEC_OF[variant])
+    return edge, list(partitions)
+
+
+def n_delegates(edge: Any) -> int:
+    gm = edge.exported_program().graph_module
+    return sum(1 for n in gm.graph.nodes if n.op == "call_function" and "call_delegate" in str(n.target))
+
+
+def run_backend(variant: str, edge: Any, inputs: Inputs) -> list[torch.Tensor]:
+    if variant.startswith("xnn"):
+        from executorch.runtime import Runtime
+
+        program = Runtime.get().load_program(edge.to_executorch().buffer)
+        out = program.load_method("forward").execute(list(inputs))
+        return [t for t in out if isinstance(t, torch.Tensor)]
+    from qflow.integrations import arm
+
+    return arm.run_tosa_reference(edge, inputs)
+
+
+# ---------------------------------------------------------------- truth
+
+
+def _is(node: torch.fx.Node, name: str) -> bool:
+    return node.op == "call_function" and name in str(node.target)
+
+
+def output_grids(converted: torch.fx.GraphModule) -> list[dict[str, float | None]]:
+    """Per output: its dequantize's scale and the coarsest activation scale upstream."""
+    out_node = next(n for n in converted.graph.nodes if n.op == "output")
+    args = out_node.args[0]
+    args = list(args) if isinstance(args, (tuple, list)) else [args]
+    grids = []
+    for a in args:
+        out_scale = None
+        if isinstance(a, torch.fx.Node) and _is(a, "dequantize_per_tensor") and isinstance(a.args[1], float):
+            out_scale = float(a.args[1])
+        coarsest, seen, stack = 0.0, set(), [a]
+        while stack:
+            n = stack.pop()
+            if not isinstance(n, torch.fx.Node) or n in seen:
+                continue
+            seen.add(n)
+            if (_is(n, "quantize_per_tensor") or _is(n, "dequantize_per_tensor")) and isinstance(n.args[1], float):
+                coarsest = max(coarsest, float(n.args[1]))
+            stack.extend(n.all_input_nodes)
+        grids.append({"out_scale": out_scale, "coarsest": coarsest or out_scale})
+    return grids
+
+
+def compare(
+    got: list[list[torch.Tensor]], want: list[list[torch.Tensor]], grids: list[dict[str, float | None]]
+) -> dict[str, Any]:
+    """Worst output error over the test inputs, in output LSBs and coarse steps."""
+    worst: dict[str, Any] = {"abs": 0.0, "lsb": 0.0, "steps": 0.0, "truth": "exact"}
+    for g_outs, w_outs in zip(got, want, strict=True):
+        if len(g_outs) != len(w_outs):
+            return {"truth": "miscompile", "why": f"{len(g_outs)} outputs, expected {len(w_outs)}"}
+        for g, w, grid in zip(g_outs, w_outs, grids, strict=True):
+            if tuple(g.shape) != tuple(w.shape):
+                return {"truth": "miscompile", "why": f"shape {tuple(g.shape)} vs {tuple(w.shape)}"}
+            d = float((g.float() - w.float()).abs().max()) if g.numel() else 0.0
+            if d != d:  # nan
+                return {"truth": "miscompile", "why": "nan"}
+            out_scale = grid["out_scale"] or grid["coarsest"] or 1e-3
+            coarse = grid["coarsest"] or out_scale
+            lsb, steps = d / out_scale, d / coarse
+            tol = out_scale + coarse
+            truth = "exact" if d <= tol * (1 + 1e-6) else ("marginal" if d <= MARGINAL_STEPS * coarse else "miscompile")
+            if d / tol > worst.get("ratio", -1.0):
+                worst = {"abs": d, "lsb": lsb, "steps": steps, "ratio": d / tol, "out_scale": out_scale}
+                worst["coarsest"] = coarse
+            rank = {"exact": 0, "marginal": 1, "miscompile": 2}
+            if rank[truth] > rank[worst.get("truth", "exact")]:
+                worst["truth"] = truth
+            worst.setdefault("truth", "exact")
+    return worst
+
+
+# ---------------------------------------------------------------- qflow
+
+
+def verdict(report: Any) -> str:
+    """error (an error finding) > warning (a warning finding or a violated obligation) > unproven > proved."""
+    if report.errors:
+        return "error"
+    if any(f.severity == "warning" for f in report.findings) or report.obligations.get("violated", 0):
+        return "warning"
+    return "proved" if report.proved else "unproven"
+
+
+def _summ(report: Any) -> dict[str, Any]:
+    return {
+        "verdict": verdict(report),
+        "obligations": dict(report.obligations),
+        "findings": [
+            {"kind": f.kind, "node": f.node, "severity": f.severity, "status": f.status} for f in report.findings
+        ],
+    }
+
+
+def analyze(obj: Any, target: str | None = None, **kw: Any) -> Any:
+    """`qflow.analyze` with `target=` once the lead's parameter exists on this checkout."""
+    import qflow
+
+    if target is not None and "target" in inspect.signature(qflow.analyze).parameters:
+        kw["target"] = target
+    return qflow.analyze(obj, **kw)
+
+
+def _timed(rec: dict[str, Any], key: str, fn: Callable[[], Any]) -> Any:
+    t = time.perf_counter()
+    try:
+        return fn()
+    finally:
+        rec.setdefault("time", {})[key] = round(time.perf_counter() - t, 3)
+
+
+def _err(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+
+
+def _qflow(rec: dict[str, Any], key: str, fn: Callable[[], Any]) -> Any:
+    try:
+        report = _timed(rec, "qflow_" + key, fn)
+        rec["qflow"][key] = _summ(report)
+        return report
+    except Exception as e:  # noqa: BLE001 - a qflow crash is an outcome
+        rec["qflow"][key] = {"verdict": "crash", "error": _err(e), "trace": traceback.format_exc()[-1500:]}
+        return None
+
+
+def _worst(verdicts: list[str]) -> str:
+    order = ["crash", "error", "warning", "unproven", "proved"]
+    return min(verdicts, key=order.index) if verdicts else "none"
+
+
+def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) -> dict[str, Any]:
+    """Everything about one case, as one JSON-able dict."""
+    index, variant = parse_id(cid)
+    spec = spec if spec is not None else generate(index)
+    rec: dict[str, Any] = {"id": cid, "variant": variant, "target": target_of(variant), "n_ops": len(spec["ops"])}
+    rec["ops"] = sorted({op["kind"] for op in spec["ops"]})
+    rec["qflow"] = {}
+    t0 = time.perf_counter()
+    rng = random.Random(index * 7919 + 17)
+    samples = sample_inputs(spec, N_CALIB, seed=index)
+    tests = samples[:N_TEST]
+    model = SpecModel(spec).eval()
+    sink: dict[str, Any] = {}
+    # quantize (a failure here is not the backend's: the case is invalid)
+    try:
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+        from qflow.integrations.arm import export_module
+
+        def _quantize() -> torch.fx.GraphModule:
+            prepared = prepare_pt2e(export_module(model, samples[0]), make_quantizer(variant, rng, sink))
+            with torch.no_grad():
+                for s in samples:
+                    prepared(*s)
+            return convert_pt2e(prepared)
+
+        converted = _timed(rec, "quantize", _quantize)
+        exported = torch.export.export(converted, samples[0], strict=True)
+    except Exception as e:  # noqa: BLE001
+        rec.update(outcome="quantize-failed", error=_err(e), overrides=sink.get("overrides"))
+        rec["time"]["total"] = round(time.perf_counter() - t0, 3)
+        return rec
+    rec["overrides"] = sink.get("overrides")
+    with torch.no_grad():
+        want = [_as_list(converted(*x)) for x in tests]
+    grids = output_grids(converted)
+    rec["grids"] = grids
+    target = target_of(variant)
+    # qflow before partitioning: annotated graph, then the converted Q/DQ program
+    if "annotated" in sink:
+        _qflow(rec, "annotated", lambda: analyze(sink["annotated"], target))
+    pre = _qflow(rec, "pre", lambda: analyze(copy.deepcopy(exported), target))
+    rec["verdict"] = rec["qflow"]["pre"]["verdict"]
+    # lower and run
+    lowered = _lower_and_run(rec, "", variant, exported, tests, want, grids)
+    if lowered is not None:
+        edge, partitions = lowered
+        if partitions:
+            reports = [_qflow(rec, f"folded{i}", lambda p=p: analyze(p)) for i, p in enumerate(partitions)]
+            verdicts = [rec["qflow"][f"folded{i}"]["verdict"] for i in range(len(reports))]
+            rec["qflow"]["folded"] = {"verdict": _worst(verdicts), "partitions": len(partitions)}
+            for i in range(len(reports)):
+                rec["qflow"]["folded"][f"p{i}"] = rec["qflow"].pop(f"folded{i}")
+            rec["time"]["qflow_folded"] = round(
+                sum(rec["time"].pop(f"qflow_folded{i}") for i in range(len(reports))), 3
+            )
+        _qflow(rec, "lowered", lambda: analyze(edge))
+    # repair
+    if repair and pre is not None and not pre.proved:
+        _repair(rec, variant, exported, tests, want, grids)
+    rec.pop("_got", None)
+    rec["time"]["total"] = round(time.perf_counter() - t0, 3)
+    return rec
+
+
+def _as_list(out: Any) -> list[torch.Tensor]:
+    return [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)]
+
+
+def _lower_and_run(
+    rec: dict[str, Any],
+    prefix: str,
+    variant: str,
+    ep: Any,
+    tests: list[Inputs],
+    want: list[list[torch.Tensor]],
+    grids: list[dict[str, float | None]],
+) -> tuple[Any, list[Any]] | None:
+    """Lower `ep` and compare its outputs with `want`; sets `<prefix>outcome`."""
+    try:
+        edge, partitions = _timed(rec, prefix + "lower", lambda: lower(variant, copy.deepcopy(ep), tests[0]))
+    except Exception as e:  # noqa: BLE001 - a lowering failure is an outcome
+        rec[prefix + "outcome"] = "lowering-failed"
+        rec[prefix + "error"] = _err(e)
+        return None
+    rec[prefix + "delegates"] = n_delegates(edge)
+    if rec[prefix + "delegates"] == 0:
+        rec[prefix + "outcome"] = "not-delegated"
+        return edge, partitions
+    try:
+        got = _timed(rec, prefix + "run", lambda: [run_backend(variant, edge, x) for x in tests])
+    except Exception as e:  # noqa: BLE001 - the backend refused to run it
+        rec[prefix + "outcome"] = "run-failed"
+        rec[prefix + "error"] = _err(e)
+        return edge, partitions
+    rec["_got"] = got
+    cmp = compare(got, want, grids)
+    rec[prefix + "outcome"] = cmp.pop("truth")
+    rec[prefix + "err"] = cmp
+    return edge, partitions
+
+
+def _repair(
+    rec: dict[str, Any],
+    variant: str,
+    exported: Any,
+    tests: list[Inputs],
+    want: list[list[torch.Tensor]],
+    grids: list[dict[str, float | None]],
+) -> None:
+    import qflow
+
+    rep: dict[str, Any] = {}
+    rec["repair"] = rep
+    try:
+        fixed = _timed(rec, "repair", lambda: qflow.repair(copy.deepcopy(exported)))
+    except qflow.ProofError as e:
+        rep["status"] = "unrepairable"
+        rep["error"] = _err(e)
+        return
+    except Exception as e:  # noqa: BLE001
+        rep["status"] = "crash"
+        rep["error"] = _err(e)
+        rep["trace"] = traceback.format_exc()[-1500:]
+        return
+    rep["status"] = "repaired"
+    sub: dict[str, Any] = {}
+    with torch.no_grad():
+        fixed_want = [_as_list(fixed.module()(*x)) for x in tests]
+    _lower_and_run(sub, "", variant, fixed, tests, fixed_want, grids)
+    rep["outcome"] = sub.get("outcome")
+    rep["error"] = sub.get("error")
+    rep["err_vs_repaired_fq"] = sub.get("err")
+    rep["time"] = sub.get("time")
+    if sub.get("outcome") in ("exact", "marginal", "miscompile"):
+        # distance from the original fake-quantized model (the repair may move grids)
+        cmp = compare(sub["_got"], want, grids)
+        rep["err_vs_original_fq"] = cmp

@@ -1,0 +1,336 @@
+"""Seeded generator of small valid models for the soundness campaign.
+
+A model is a *spec*: plain JSON (inputs with a shape and a value
+distribution, a list of ops over value ids, the outputs). Value ids
+0..n_inputs-1 are the inputs; op i produces value n_inputs + i. `SpecModel`
+interprets a spec as an `nn.Module`; its weights come from a seed stored in
+each op, so a reduced spec (ops dropped by `reduce.py`) keeps the weights of
+the ops it keeps. Everything is NCHW with batch 1, so any two values with a
+matching shape can meet in cat / add / mul.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+Spec = dict[str, Any]
+Shape = tuple[int, ...]
+
+UNARY = ["relu", "relu6_mod", "relu6_fn", "hardtanh", "clamp", "sigmoid", "tanh", "abs", "neg"]
+LAYOUT = ["permute", "flatten_hw", "merge_ch", "slice_c", "slice_h", "pad"]
+COMPUTE = ["conv1x1", "conv3x3", "dwconv3x3", "linear"]
+BINARY = ["add", "sub", "mul"]
+REDUCE = ["mean", "sum"]
+POOL = ["maxpool2", "avgpool2", "adaptive_avg1"]
+RESIZE = ["upsample_nearest2", "upsample_bilinear2", "pixel_shuffle2"]
+JOIN = ["cat", "stack"]
+# Draw weights: compute and activations often, the rest less.
+KINDS = (
+    COMPUTE * 3
+    + UNARY * 1
+    + ["relu", "hardtanh", "clamp"] * 2
+    + LAYOUT
+    + BINARY * 3
+    + JOIN * 3
+    + REDUCE
+    + POOL
+    + RESIZE
+)
+MAX_ELEMS = 4096
+
+
+def _numel(shape: Shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+class SpecModel(nn.Module):
+    """An `nn.Module` that runs a spec. Construction does one dry run on zeros
+    to size every weight from the shapes it meets; an invalid spec raises."""
+
+    def __init__(self, spec: Spec) -> None:
+        super().__init__()
+        self.spec = copy.deepcopy(spec)
+        self.mods = nn.ModuleDict()
+        self._built = False
+        with torch.no_grad():
+            self.forward(*[torch.zeros(i["shape"]) for i in spec["inputs"]])
+        self._built = True
+
+    def _param(self, i: int, op: dict[str, Any], make: Any) -> nn.Module:
+        key = f"op{i}"
+        if not self._built:
+            torch.manual_seed(int(op["p"].get("wseed", i)))
+            self.mods[key] = make()
+        return self.mods[key]
+
+    def _const(self, i: int, op: dict[str, Any], shape: Shape) -> torch.Tensor:
+        name = f"c{i}"
+        if not self._built:
+            g = torch.Generator().manual_seed(int(op["p"].get("wseed", i)))
+            lo, hi = op["p"].get("crange", (-1.0, 1.0))
+            self.register_buffer(name, torch.rand(shape, generator=g) * (hi - lo) + lo)
+        return getattr(self, name)
+
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        vals: list[torch.Tensor] = list(inputs)
+        for i, op in enumerate(self.spec["ops"]):
+            vals.append(self._apply(i, op, [vals[a] for a in op["args"]]))
+        outs = tuple(vals[o] for o in self.spec["outputs"])
+        return outs[0] if len(outs) == 1 else outs
+
+    def _apply(self, i: int, op: dict[str, Any], a: list[torch.Tensor]) -> torch.Tensor:  # noqa: C901
+        k, p, x = op["kind"], op["p"], a[0]
+        c = x.shape[1]
+        if k == "conv1x1":
+            return self._param(i, op, lambda: nn.Conv2d(c, p["cout"], 1))(x)
+        if k == "conv3x3":
+            return self._param(i, op, lambda: nn.Conv2d(c, p["cout"], 3, padding=1))(x)
+        if k == "dwconv3x3":
+            return self._param(i, op, lambda: nn.Conv2d(c, c, 3, padding=1, groups=c))(x)
+        if k == "linear":
+            return self._param(i, op, lambda: nn.Linear(x.shape[-1], p["out"]))(x)
+        if k == "relu":
+            return F.relu(x)
+        if k == "relu6_mod":
+            return self._param(i, op, nn.ReLU6)(x)
+        if k == "relu6_fn":
+            return F.relu6(x)
+        if k == "hardtanh":
+            return F.hardtanh(x, p["lo"], p["hi"])
+        if k == "clamp":
+            return torch.clamp(x, p["lo"], p["hi"])
+        if k == "sigmoid":
+            return torch.sigmoid(x)
+        if k == "tanh":
+            return torch.tanh(x)
+        if k == "abs":
+            return torch.abs(x)
+        if k == "neg":
+            return torch.neg(x)
+        if k == "permute":
+            return x.permute(0, 1, 3, 2)
+        if k == "flatten_hw":
+            return x.reshape(1, c, -1, 1)
+        if k == "merge_ch":
+            return x.reshape(1, c * x.shape[2], x.shape[3], 1)
+        if k == "slice_c":
+            return x[:, p["start"] : p["end"]]
+        if k == "slice_h":
+            return x[:, :, p["start"] : p["end"]]
+        if k == "pad":
+            return F.pad(x, p["pad"], value=p["value"])
+        if k in BINARY:
+            fn = {"add": torch.add, "sub": torch.sub, "mul": torch.mul}[k]
+            mode = p["mode"]
+            if mode in ("tensor", "bcast_tensor"):
+                return fn(x, a[1])
+            if mode == "scalar":
+                return fn(x, p["s"])
+            if mode == "const":
+                return fn(x, self._const(i, op, tuple(x.shape)))
+            if mode == "bcast_const":
+                return fn(x, self._const(i, op, (1, c, 1, 1)))
+            raise ValueError(f"unknown binary mode {mode}")
+        if k == "mean":
+            return x.mean(dim=p["dims"], keepdim=True)
+        if k == "sum":
+            return x.sum(dim=p["dims"], keepdim=True)
+        if k == "maxpool2":
+            return F.max_pool2d(x, 2)
+        if k == "avgpool2":
+            return F.avg_pool2d(x, 2)
+        if k == "adaptive_avg1":
+            return F.adaptive_avg_pool2d(x, 1)
+        if k == "upsample_nearest2":
+            return F.interpolate(x, scale_factor=2, mode="nearest")
+        if k == "upsample_bilinear2":
+            return F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
+        if k == "pixel_shuffle2":
+            return F.pixel_shuffle(x, 2)
+        if k == "cat":
+            return torch.cat([x, a[1]], dim=1)
+        if k == "stack":
+            return torch.stack([x, a[1]], dim=1).flatten(1, 2)
+        raise ValueError(f"unknown op kind {k}")
+
+
+def shapes_of(spec: Spec) -> list[Shape]:
+    """Every value's shape (raises when the spec is invalid)."""
+    m = SpecModel(spec)
+    vals: list[Shape] = [tuple(i["shape"]) for i in spec["inputs"]]
+    with torch.no_grad():
+        xs: list[torch.Tensor] = [torch.zeros(s) for s in vals]
+        for i, op in enumerate(m.spec["ops"]):
+            xs.append(m._apply(i, op, [xs[a] for a in op["args"]]))
+    return [tuple(t.shape) for t in xs]
+
+
+def _dist(rng: random.Random) -> list[Any]:
+    """A value distribution that moves the observed zero point around."""
+    r = rng.random()
+    if r < 0.25:
+        return ["uniform", 0.0, round(rng.uniform(0.5, 4.0), 3)]  # non-negative: zp at qmin
+    if r < 0.45:
+        hi = rng.uniform(-3.0, -0.2)
+        return ["uniform", round(hi - rng.uniform(0.5, 3.0), 3), round(hi, 3)]  # non-positive
+    if r < 0.8:
+        lo = rng.uniform(-4.0, 1.0)
+        return ["uniform", round(lo, 3), round(lo + rng.uniform(0.3, 6.0), 3)]
+    return ["normal", round(rng.uniform(-2.0, 2.0), 3), round(rng.uniform(0.2, 2.0), 3)]
+
+
+def sample_inputs(spec: Spec, n: int, seed: int) -> list[tuple[torch.Tensor, ...]]:
+    """`n` input tuples drawn from the spec's distributions (a fixed generator)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        xs = []
+        for inp in spec["inputs"]:
+            kind, a, b = inp["dist"]
+            t = (
+                torch.rand(inp["shape"], generator=g) * (b - a) + a
+                if kind == "uniform"
+                else (torch.randn(inp["shape"], generator=g) * b + a)
+            )
+            xs.append(t)
+        out.append(tuple(xs))
+    return out
+
+
+def _pick(rng: random.Random, ids: list[int]) -> int:
+    """Prefer recent values so the DAG stays connected (few dead ops)."""
+    w = [1.0 + 3.0 * (j == len(ids) - 1) + 1.5 * (j >= len(ids) - 3) for j in range(len(ids))]
+    return rng.choices(ids, weights=w)[0]
+
+
+def _propose(rng: random.Random, kind: str, x: int, shapes: list[Shape]) -> dict[str, Any] | None:  # noqa: C901
+    s = shapes[x]
+    _, c, h, w = s
+    p: dict[str, Any] = {"wseed": rng.randrange(1 << 30)}
+    args = [x]
+    if kind in ("conv1x1", "conv3x3"):
+        p["cout"] = rng.choice([2, 3, 4, 8])
+    elif kind == "linear":
+        p["out"] = rng.choice([2, 4, 6, 8])
+    elif kind == "hardtanh":
+        p["lo"], p["hi"] = rng.choice([(0.0, 6.0), (0.0, 1.0), (-1.0, 1.0), (-0.5, 2.0), (0.0, 0.5), (0.2, 3.0)])
+    elif kind == "clamp":
+        lo, hi = rng.choice([(0.0, None), (None, 1.0), (-1.0, 1.0), (0.0, 6.0), (-0.3, 0.8), (0.5, None)])
+        p["lo"], p["hi"] = lo, hi
+    elif kind == "slice_c":
+        if c < 2:
+            return None
+        start = rng.randrange(c - 1)
+        p["start"], p["end"] = start, rng.randrange(start + 1, c + 1)
+    elif kind == "slice_h":
+        if h < 2:
+            return None
+        start = rng.randrange(h - 1)
+        p["start"], p["end"] = start, rng.randrange(start + 1, h + 1)
+    elif kind == "pad":
+        p["pad"] = rng.choice([[1, 1, 1, 1], [0, 1, 0, 1], [1, 0, 0, 0]])
+        p["value"] = rng.choice([0.0, 0.0, 0.5, -1.0])
+    elif kind in BINARY:
+        same = [j for j, t in enumerate(shapes) if t == s and j != x]
+        bc = [j for j, t in enumerate(shapes) if t == (1, c, 1, 1) and j != x and s != (1, c, 1, 1)]
+        modes = ["scalar", "const", "bcast_const"] + ["tensor"] * 3 * bool(same) + ["bcast_tensor"] * 2 * bool(bc)
+        mode = rng.choice(modes)
+        p["mode"] = mode
+        if mode == "tensor":
+            args.append(_pick(rng, same))
+        elif mode == "bcast_tensor":
+            args.append(_pick(rng, bc))
+        elif mode == "scalar":
+            p["s"] = rng.choice([0.5, -0.25, 2.0, 1.5, -1.0, 0.1])
+        else:
+            lo = rng.uniform(-2.0, 1.0)
+            p["crange"] = [round(lo, 3), round(lo + rng.uniform(0.2, 3.0), 3)]
+    elif kind in ("cat", "stack"):
+        if kind == "cat":
+            cands = [j for j, t in enumerate(shapes) if t[2:] == s[2:]]
+        else:
+            cands = [j for j, t in enumerate(shapes) if t == s]
+        args.append(_pick(rng, cands))  # may be x itself: cat(x, x) is valid
+    elif kind in REDUCE:
+        if h * w == 1:
+            return None
+        p["dims"] = rng.choice([[2, 3], [3], [1]]) if c > 1 else [2, 3]
+    elif kind in ("maxpool2", "avgpool2"):
+        if h < 2 or w < 2:
+            return None
+    elif kind == "adaptive_avg1":
+        if h * w == 1:
+            return None
+    elif kind in ("upsample_nearest2", "upsample_bilinear2"):
+        if h * w > 64:
+            return None
+    elif kind == "pixel_shuffle2":
+        if c % 4:
+            return None
+    elif kind == "merge_ch":
+        if c * h > 32:
+            return None
+    return {"kind": kind, "args": args, "p": p}
+
+
+def generate(seed: int) -> Spec:
+    """A random valid model spec: a DAG of 3-12 ops over 1-2 inputs."""
+    rng = random.Random(seed)
+    n_in = rng.choice([1, 1, 2])
+    c = rng.choice([1, 2, 3, 4, 8])
+    h, w = rng.choice([2, 4, 4, 6, 8]), rng.choice([2, 4, 4, 6, 8])
+    inputs = [{"shape": [1, c, h, w], "dist": _dist(rng)}]
+    if n_in == 2:
+        shape = [1, c, h, w] if rng.random() < 0.7 else [1, rng.choice([1, 2, 4]), h, w]
+        inputs.append({"shape": shape, "dist": _dist(rng)})
+    spec: Spec = {"seed": seed, "inputs": inputs, "ops": [], "outputs": []}
+    shapes: list[Shape] = [tuple(i["shape"]) for i in inputs]
+    n_ops = rng.randint(3, 12)
+    tries = 0
+    while len(spec["ops"]) < n_ops and tries < 200:
+        tries += 1
+        kind = rng.choice(KINDS)
+        x = _pick(rng, list(range(len(shapes))))
+        op = _propose(rng, kind, x, shapes)
+        if op is None:
+            continue
+        trial = dict(spec, ops=spec["ops"] + [op], outputs=[len(shapes)])
+        try:
+            new = shapes_of(trial)[-1]
+        except Exception:  # noqa: BLE001 - an invalid proposal is just skipped
+            continue
+        if _numel(new) > MAX_ELEMS or len(new) != 4:
+            continue
+        spec["ops"].append(op)
+        shapes.append(new)
+    spec["outputs"] = sinks(spec)
+    return spec
+
+
+def sinks(spec: Spec) -> list[int]:
+    """Op values nobody reads (the last two at most; the rest are dead code)."""
+    n_in = len(spec["inputs"])
+    used = {a for op in spec["ops"] for a in op["args"]}
+    free = [n_in + i for i in range(len(spec["ops"])) if n_in + i not in used]
+    return free[-2:] if free else [n_in + len(spec["ops"]) - 1]
+
+
+def describe(spec: Spec) -> str:
+    """One line per op, for reports: `v3 = conv3x3(v0) {cout: 4}`."""
+    n_in = len(spec["inputs"])
+    lines = [f"v{j}: input {i['shape']} {i['dist']}" for j, i in enumerate(spec["inputs"])]
+    for i, op in enumerate(spec["ops"]):
+        p = {k: v for k, v in op["p"].items() if k != "wseed"}
+        args = ", ".join(f"v{a}" for a in op["args"])
+        lines.append(f"v{n_in + i} = {op['kind']}({args}) {p if p else ''}".rstrip())
+    lines.append("out: " + ", ".join(f"v{o}" for o in spec["outputs"]))
+    return "\n".join(lines)

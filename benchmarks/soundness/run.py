@@ -1,0 +1,157 @@
+"""The soundness campaign driver: random models, the real backend as oracle.
+
+    python benchmarks/soundness/run.py --cases 30                 # cases 0..29, resumes
+    python benchmarks/soundness/run.py --case 00012-arm-pc        # one case, printed
+    python benchmarks/soundness/run.py --spec reduced/x.json --variant arm-pc   # a spec file
+
+Cases run in a worker subprocess (one batch of ids per worker; imports cost
+~10 s) that appends one JSON line per case to the results file as it goes.
+A case that hangs is stopped by an alarm inside the worker (`--time-limit`);
+a worker that dies or overruns is killed, its case recorded as `crash` /
+`timeout`, and a fresh worker resumes with the rest. Cases already in the
+results file are skipped, so an interrupted campaign resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+DEFAULT_OUT = HERE / "results.jsonl"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.setdefault("PYTHONWARNINGS", "ignore")
+    return env
+
+
+def done_ids(out: Path) -> set[str]:
+    if not out.exists():
+        return set()
+    ids = set()
+    for line in out.read_text().splitlines():
+        try:
+            ids.add(json.loads(line)["id"])
+        except (ValueError, KeyError):
+            continue
+    return ids
+
+
+def _append(out: Path, rec: dict) -> None:
+    with out.open("a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+def worker(ids: list[str], out: Path, time_limit: int) -> None:
+    """Runs in the subprocess: each case under an alarm, one line each."""
+    import case  # noqa: PLC0415 - heavy imports only in the worker
+
+    class CaseTimeout(Exception):
+        pass
+
+    def on_alarm(signum: int, frame: object) -> None:
+        raise CaseTimeout(f"case exceeded {time_limit} s")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    for cid in ids:
+        print(f"[worker] {cid}", file=sys.stderr, flush=True)
+        signal.alarm(time_limit)
+        try:
+            rec = case.run_case(cid)
+        except CaseTimeout as e:
+            rec = {"id": cid, "outcome": "timeout", "error": str(e)}
+        except Exception as e:  # noqa: BLE001 - one case never stops the campaign
+            rec = {"id": cid, "outcome": "crash", "error": f"{type(e).__name__}: {e}"[:500]}
+        finally:
+            signal.alarm(0)
+        _append(out, rec)
+
+
+def campaign(ids: list[str], out: Path, batch: int, time_limit: int, log: Path | None) -> None:
+    todo = [c for c in ids if c not in done_ids(out)]
+    print(f"{len(ids) - len(todo)} of {len(ids)} cases already in {out}; running {len(todo)}", flush=True)
+    t0 = time.time()
+    while todo:
+        chunk = todo[:batch]
+        cmd = [sys.executable, str(Path(__file__)), "--worker", ",".join(chunk), "--out", str(out)]
+        cmd += ["--time-limit", str(time_limit)]
+        err = log.open("a") if log else subprocess.DEVNULL
+        try:
+            subprocess.run(cmd, env=_env(), timeout=time_limit * len(chunk) + 120, stdout=err, stderr=err)
+            status = "crash"
+        except subprocess.TimeoutExpired:
+            status = "timeout"
+        finally:
+            if log:
+                err.close()
+        have = done_ids(out)
+        missing = [c for c in chunk if c not in have]
+        if missing:  # the worker died on missing[0]: record it, resume after it
+            _append(out, {"id": missing[0], "outcome": status, "error": "worker exited"})
+        todo = [c for c in todo if c not in done_ids(out)]
+        n = len(ids) - len(todo)
+        print(f"{n}/{len(ids)} done, {time.time() - t0:.0f} s", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", type=int, default=30, help="run cases start..start+N-1")
+    ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--variants", default="", help="comma-separated: only these variants (default: round robin)")
+    ap.add_argument("--case", help="run one case id and print its record")
+    ap.add_argument("--spec", help="run a spec JSON file (e.g. a reduced case) with --variant")
+    ap.add_argument("--variant", default="arm-pc", help="for a bare spec file without an id")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--json", type=Path, help="with --case / --spec: also write the record to this file")
+    ap.add_argument("--batch", type=int, default=10, help="cases per worker process")
+    ap.add_argument("--time-limit", type=int, default=240, help="seconds per case")
+    ap.add_argument("--log", type=Path, help="worker stderr goes here")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker:
+        worker(a.worker.split(","), a.out, a.time_limit)
+        return 0
+    if a.case or a.spec:
+        sys.path[:0] = [str(HERE), str(ROOT)]
+        import case
+
+        if a.spec:
+            doc = json.loads(Path(a.spec).read_text())
+            spec = doc.get("spec", doc)
+            cid = doc.get("id") or case.case_id(int(spec.get("seed", 0)), a.variant)
+            rec = case.run_case(cid, spec=spec)
+        else:
+            rec = case.run_case(a.case)
+        if a.json:
+            a.json.write_text(json.dumps(rec, indent=1) + "\n")
+        print(json.dumps(rec, indent=1))
+        return 0
+    variants = [v for v in a.variants.split(",") if v]
+    ids = []
+    for i in range(a.start, a.start + a.cases):
+        if variants:
+            ids.append(f"{i:05d}-{variants[i % len(variants)]}")
+        else:
+            ids.append(_default_id(i))
+    campaign(ids, a.out, a.batch, a.time_limit, a.log)
+    return 0
+
+
+def _default_id(i: int) -> str:
+    """Same rule as case.case_id, without importing torch in the driver."""
+    variants = ("arm-pc", "arm-pt", "arm-a16w8", "arm-custom", "xnn", "xnn-custom")
+    return f"{i:05d}-{variants[i % len(variants)]}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

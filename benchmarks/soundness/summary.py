@@ -1,0 +1,275 @@
+"""Markdown summary of a campaign's results: the confusion table truth × verdict,
+every soundness miss and false alarm by id, lowering failures and whether qflow
+predicted them, repair outcomes, timing.
+
+    python benchmarks/soundness/summary.py [results.jsonl ...] [--output summary.md]
+
+Definitions (the issue's acceptance terms):
+* truth: `miscompile` / `exact` / `marginal` from the backend run (case.py's
+  rule), or the pipeline's own failure: `lowering-failed`, `run-failed`,
+  `not-delegated` (nothing to check), `quantize-failed` (invalid case).
+* verdict: qflow before partitioning (`pre`: the converted Q/DQ program):
+  `error` (an error finding), `warning` (a warning finding or a violated
+  obligation without an error finding), `unproven`, `proved`, `crash`.
+* soundness miss: a miscompile without an error verdict (`proved` is the
+  worst kind, `unproven` is honest but flags nothing). False alarm: an exact
+  case with an error verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import subprocess
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+TRUTHS = ["miscompile", "marginal", "exact", "lowering-failed", "run-failed", "not-delegated", "quantize-failed"]
+TRUTHS += ["timeout", "crash"]
+VERDICTS = ["error", "warning", "unproven", "proved", "crash", "none"]
+ORDER = ["crash", "error", "warning", "unproven", "proved"]
+
+
+def load(paths: list[Path]) -> list[dict[str, Any]]:
+    recs: dict[str, dict[str, Any]] = {}
+    for p in paths:
+        for line in p.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                recs[r["id"]] = r  # the last run of an id wins
+    return sorted(recs.values(), key=lambda r: r["id"])
+
+
+def _derive(q: dict[str, Any]) -> str:
+    """The verdict from a stored report summary (as case.verdict; recomputed so the rule can change)."""
+    if q.get("verdict") == "crash":
+        return "crash"
+    parts = [v for k, v in q.items() if k.startswith("p") and isinstance(v, dict) and "findings" in v]
+    if parts:  # folded: the worst partition
+        return min((_derive(p) for p in parts), key=ORDER.index)
+    sev = {f["severity"] for f in q.get("findings", [])}
+    ob = q.get("obligations", {})
+    if "error" in sev:
+        return "error"
+    if "warning" in sev or ob.get("violated", 0):
+        return "warning"
+    return "unproven" if ob.get("unproven", 0) else "proved"
+
+
+def verdict(r: dict[str, Any], form: str = "pre") -> str:
+    q = r.get("qflow", {}).get(form)
+    return _derive(q) if q else "none"
+
+
+def findings(r: dict[str, Any], form: str = "pre") -> str:
+    q = r.get("qflow", {}).get(form) or {}
+    fs = q.get("findings", [])
+    if not fs and form == "folded":
+        fs = [f for k, v in q.items() if k.startswith("p") and isinstance(v, dict) for f in v.get("findings", [])]
+    s = ", ".join(f"{f['kind']}@{f['node']}({f['severity']})" for f in fs if f["severity"] != "info")
+    if q.get("verdict") == "crash":
+        s = q.get("error", "")
+    return s or "—"
+
+
+def is_miss(r: dict[str, Any]) -> bool:
+    return r.get("outcome") == "miscompile" and verdict(r) != "error"
+
+
+def is_false_alarm(r: dict[str, Any]) -> bool:
+    return r.get("outcome") == "exact" and verdict(r) == "error"
+
+
+def confusion(recs: list[dict[str, Any]], form: str) -> list[str]:
+    cells: Counter[tuple[str, str]] = Counter((r.get("outcome", "crash"), verdict(r, form)) for r in recs)
+    cols = [v for v in VERDICTS if any(cells[(t, v)] for t in TRUTHS)]
+    rows = [t for t in TRUTHS if any(cells[(t, v)] for v in VERDICTS)]
+    out = ["| truth \\ qflow | " + " | ".join(cols) + " | total |", "|---" * (len(cols) + 2) + "|"]
+    for t in rows:
+        n = [cells[(t, v)] for v in cols]
+        out.append(f"| {t} | " + " | ".join(str(x) for x in n) + f" | {sum(n)} |")
+    totals = [sum(cells[(t, v)] for t in rows) for v in cols]
+    out.append("| **total** | " + " | ".join(str(x) for x in totals) + f" | {sum(totals)} |")
+    return out
+
+
+def _err(r: dict[str, Any]) -> str:
+    e = r.get("err") or {}
+    if "lsb" in e:
+        return f"{e['lsb']:.1f} LSB ({e['steps']:.1f} coarse steps)"
+    return e.get("why", "—")
+
+
+def _versions() -> str:
+    import importlib.metadata as md
+
+    vs = []
+    for pkg in ("torch", "executorch", "torchao", "tosa-tools", "z3-solver"):
+        try:
+            vs.append(f"{pkg} {md.version(pkg)}")
+        except md.PackageNotFoundError:
+            continue
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout
+        vs.append(f"qflow {rev.strip()}")
+    except OSError:
+        pass
+    return ", ".join(vs)
+
+
+def render(recs: list[dict[str, Any]]) -> str:  # noqa: C901
+    today = datetime.date.today().isoformat()
+    variants = Counter(r.get("variant", r["id"].split("-", 1)[1]) for r in recs)
+    lines = [
+        f"{len(recs)} cases, {today}; {_versions()}.",
+        "Variants: " + ", ".join(f"{v} {n}" for v, n in sorted(variants.items())) + ".",
+        "",
+        "**Truth × qflow before partitioning** (`qflow.analyze` of the converted Q/DQ program):",
+        "",
+        *confusion(recs, "pre"),
+        "",
+    ]
+    miss = [r for r in recs if is_miss(r)]
+    fa = [r for r in recs if is_false_alarm(r)]
+    ran = [r for r in recs if r.get("outcome") in ("exact", "marginal", "miscompile")]
+    exact = [r for r in recs if r.get("outcome") == "exact"]
+    lines += [
+        f"Soundness misses (miscompile, no error verdict): **{len(miss)}** "
+        f"({sum(verdict(r) == 'proved' for r in miss)} said *proved*) of "
+        f"{sum(r.get('outcome') == 'miscompile' for r in recs)} miscompiles; "
+        f"false alarms (exact, error verdict): **{len(fa)}** of {len(exact)} exact cases"
+        + (f" ({100 * len(fa) / len(exact):.1f} %)" if exact else "")
+        + f"; {len(ran)} cases ran on the backend.",
+        "",
+    ]
+    for form, title in (
+        ("annotated", "annotated graph"),
+        ("folded", "folded partitions (Arm)"),
+        ("lowered", "lowered program"),
+    ):
+        sub = [r for r in recs if form in r.get("qflow", {})]
+        if sub:
+            lines += [f"Truth × qflow on the {title} ({len(sub)} cases):", "", *confusion(sub, form), ""]
+    if miss:
+        lines += ["### Soundness misses", "", "| id | verdict | error | findings | ops |", "|---|---|---|---|---|"]
+        lines += [
+            f"| `{r['id']}` | {verdict(r)} | {_err(r)} | {findings(r)} | {' '.join(r.get('ops', []))} |" for r in miss
+        ]
+        lines.append("")
+    if fa:
+        lines += ["### False alarms", "", "| id | error | findings | ops |", "|---|---|---|---|"]
+        lines += [f"| `{r['id']}` | {_err(r)} | {findings(r)} | {' '.join(r.get('ops', []))} |" for r in fa]
+        lines.append("")
+    marg = [r for r in recs if r.get("outcome") == "marginal"]
+    if marg:
+        lines += ["### Marginal (between 1 and 4 coarse steps: neither counted as exact nor as miscompile)", ""]
+        lines += [f"- `{r['id']}`: {_err(r)}, verdict {verdict(r)} {findings(r)}" for r in marg]
+        lines.append("")
+    fails = [r for r in recs if r.get("outcome") in ("lowering-failed", "run-failed")]
+    if fails:
+        by: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in fails:
+            by[(r.get("error") or "?")[:110]].append(r)
+        lines += [
+            "### Lowering / run failures",
+            "",
+            f"{len(fails)} cases; predicted = qflow's verdict before partitioning was `error` "
+            f"({sum(verdict(r) == 'error' for r in fails)}) "
+            f"or `unproven` ({sum(verdict(r) == 'unproven' for r in fails)}).",
+            "",
+            "| error | cases | qflow error / unproven / proved | ids |",
+            "|---|---|---|---|",
+        ]
+        for msg, rs in sorted(by.items(), key=lambda kv: -len(kv[1])):
+            c = Counter(verdict(r) for r in rs)
+            ids = " ".join(f"`{r['id']}`" for r in rs[:6]) + (" …" if len(rs) > 6 else "")
+            lines.append(
+                f"| {msg.replace('|', '/')} | {len(rs)} | {c['error']} / {c['unproven']} / {c['proved']} | {ids} |"
+            )
+        lines.append("")
+    rep = [r for r in recs if "repair" in r]
+    if rep:
+        lines += ["### Repair (cases not proved before partitioning)", ""]
+        st = Counter((r["repair"]["status"], r["repair"].get("outcome") or "—") for r in rep)
+        lines += ["| repair | lowered repaired program | cases |", "|---|---|---|"]
+        lines += [f"| {s} | {o} | {n} |" for (s, o), n in sorted(st.items())]
+        lines.append("")
+        rows = []
+        for r in rep:
+            rr = r["repair"]
+            if rr.get("status") != "repaired":
+                continue
+            e1 = (rr.get("err_vs_repaired_fq") or {}).get("lsb")
+            e2 = (rr.get("err_vs_original_fq") or {}).get("lsb")
+            rows.append(
+                f"| `{r['id']}` | {r.get('outcome')} ({_err(r)}) | {rr.get('outcome')} | "
+                + (f"{e1:.1f}" if e1 is not None else "—")
+                + " | "
+                + (f"{e2:.1f}" if e2 is not None else "—")
+                + " |"
+            )
+        if rows:
+            lines += [
+                "| id | before repair | after repair | LSB vs repaired fake-quant | LSB vs original fake-quant |",
+                "|---|---|---|---|---|",
+                *rows,
+                "",
+            ]
+        bad = [r for r in rep if r["repair"]["status"] != "repaired"]
+        if bad:
+            lines += [
+                f"- `{r['id']}` ({r.get('outcome')}): {r['repair']['status']}: {r['repair'].get('error')}" for r in bad
+            ]
+            lines.append("")
+    crashes = [
+        (r["id"], form, q.get("error"))
+        for r in recs
+        for form, q in r.get("qflow", {}).items()
+        if isinstance(q, dict) and q.get("verdict") == "crash"
+    ]
+    crashes += [(r["id"], "case", r.get("error")) for r in recs if r.get("outcome") in ("crash", "timeout")]
+    if crashes:
+        lines += ["### qflow crashes and case crashes", ""]
+        lines += [f"- `{cid}` {form}: {err}" for cid, form, err in crashes]
+        lines.append("")
+    times: dict[str, list[float]] = defaultdict(list)
+    for r in recs:
+        for k, v in (r.get("time") or {}).items():
+            times[k].append(v)
+    if times:
+        keys = [
+            k for k in ("quantize", "qflow_annotated", "qflow_pre", "lower", "run", "qflow_folded", "qflow_lowered")
+        ]
+        keys += ["repair", "total"]
+        lines += ["Timing, seconds (median / max over cases; shared 2-core box):", ""]
+        lines += [
+            "| " + " | ".join(k for k in keys if times.get(k)) + " |",
+            "|---" * sum(bool(times.get(k)) for k in keys) + "|",
+        ]
+        lines.append(
+            "| "
+            + " | ".join(f"{statistics.median(times[k]):.2f} / {max(times[k]):.1f}" for k in keys if times.get(k))
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", nargs="*", type=Path, default=[HERE / "results.jsonl"])
+    ap.add_argument("--output", "-o", type=Path)
+    a = ap.parse_args(argv)
+    text = render(load(a.results))
+    if a.output:
+        a.output.write_text(text)
+    else:
+        print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

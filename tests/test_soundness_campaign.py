@@ -1,0 +1,91 @@
+"""A fixed slice of the soundness campaign (benchmarks/soundness): real random
+models, the real quantizers, the real Arm / XNNPACK lowering, the TOSA
+reference model / ExecuTorch runtime as the oracle.
+
+Each case asserts qflow's verdict before partitioning against what the backend
+really computed: a miscompile must be an error, an exact run must not be. The
+`expect` column pins what the case is about (so a case cannot drift into a
+trivially passing one); cases where qflow is known wrong today are strict
+xfails that name the finding — they turn into failures the day they pass, so
+the marker is removed with the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CAMPAIGN = Path(__file__).resolve().parent.parent / "benchmarks" / "soundness"
+REDUCED = CAMPAIGN / "reduced"
+
+# id → (expected backend outcome, why the case is here). A case with a file in
+# reduced/ runs that (reduced or hand-written) spec; the others are generated.
+CASES: dict[str, tuple[str, str]] = {
+    "90000-arm-pc": ("miscompile", "conv→relu→cat(·, signed): fused relu with zp > qmin, caught and repaired"),
+    "00001-arm-pt": ("exact", "conv3x3, hardtanh, cat/stack, upsample, per-tensor: proved and exact"),
+    "00004-xnn": ("exact", "XNNPACK: linear, conv1x1, relu/relu6/clamp, pools, sigmoid/tanh: proved and exact"),
+    "00002-arm-a16w8": ("exact", "a16w8: clamp, stack, avgpool, permute, sub/mul: proved and exact"),
+}
+KNOWN_WRONG: dict[str, str] = {}
+
+
+@pytest.fixture(scope="session")
+def campaign() -> Any:
+    sys.path.insert(0, str(CAMPAIGN))
+    import case
+
+    cache: dict[str, dict[str, Any]] = {}
+
+    def run(cid: str) -> dict[str, Any]:
+        if cid not in cache:
+            path = REDUCED / f"{cid}.json"
+            spec = json.loads(path.read_text())["spec"] if path.exists() else None
+            cache[cid] = case.run_case(cid, spec=spec)
+        return cache[cid]
+
+    return run
+
+
+def _params() -> list[Any]:
+    out = []
+    for cid in list(CASES) + list(KNOWN_WRONG):
+        marks = [pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[cid])] if cid in KNOWN_WRONG else []
+        out.append(pytest.param(cid, marks=marks, id=cid))
+    return out
+
+
+@pytest.mark.parametrize("cid", _params())
+def test_verdict_matches_backend(campaign: Any, cid: str) -> None:
+    rec = campaign(cid)
+    crashed = {form: q.get("error") for form, q in rec["qflow"].items() if q.get("verdict") == "crash"}
+    assert not crashed, f"{cid}: qflow crashed: {crashed}"
+    outcome, verdict = rec["outcome"], rec["verdict"]
+    findings = rec["qflow"]["pre"]["findings"]
+    if cid in CASES:
+        assert outcome == CASES[cid][0], f"{cid}: the backend now gives {outcome} ({rec.get('err')}); re-pick the case"
+    if outcome == "miscompile":
+        assert verdict == "error", f"{cid}: soundness miss: backend miscompiles ({rec.get('err')}), qflow {verdict}"
+    if outcome == "exact":
+        assert verdict != "error", f"{cid}: false alarm: backend exact, qflow error {findings}"
+    if outcome == "miscompile":
+        repair = rec.get("repair") or {}
+        assert repair.get("status") == "repaired", f"{cid}: {repair}"
+        assert repair.get("outcome") == "exact", f"{cid}: repaired program: {repair}"
+
+
+def test_reducer_keeps_specs_valid() -> None:
+    """The reducer's steps yield runnable specs with fewer ops (no pipeline run)."""
+    sys.path.insert(0, str(CAMPAIGN))
+    import gen
+    import reduce as red
+
+    spec = red.dce(gen.generate(1))
+    cands = red.candidates(spec)
+    assert cands
+    for c in cands:
+        gen.SpecModel(c)
+        assert len(c["ops"]) < len(spec["ops"]) or len(c["outputs"]) < len(spec["outputs"]) or len(c["inputs"]) < 2
