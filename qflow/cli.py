@@ -379,9 +379,11 @@ def _repair(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:
         ep = load_program(src)
-        fixed, p, after = api.repair_with_plan(
-            ep, form=args.form, objective=args.objective, target=args.target, name=dst.name
-        )
+        named = {"target": args.target} if args.target else {}  # else each function's default target
+        fixed = api.repair(ep, form=args.form, objective=args.objective, **named)
+        # what the repair changed, to count it (a proved program's plan is its warnings' fixes)
+        p = api.plan(ep, form=args.form, objective=args.objective, **named)
+        after = api.analyze(fixed, form=args.form, name=dst.name, target=args.target)
     except ProofError as e:
         print(f"qflow: {src}: cannot repair: the repaired graph does not prove\n{e.report}", file=sys.stderr)
         return EXIT_NOT_PROVED

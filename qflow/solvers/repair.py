@@ -416,7 +416,9 @@ class Planner:
             target, target_real = needed[edge]
             rq = Requant(edge, src, target, src_real, self.cost(edge, target), target_real)
             if not (insertable(target, self.int16_zp0) or (target.is_float and not src.is_float and not src_real)):
-                raise AssertionError(f"qflow planned a requant it cannot write: {rq}")  # the constraints forbid it
+                # the constraints forbid this; should it ever happen, refuse rather than write it
+                plan.reasons.append(f"{edge[1]}: qflow found no requant it can write ({rq})")
+                continue
             plan.requants.append(rq)
         for n in ids:
             claim = self.dg.value(n).claim
