@@ -92,6 +92,23 @@ def _describe(dg: DomainGraph, r: Result) -> tuple[str, str]:
     return ob.finding_kind, f"{ob.node} {ob.arg} expects {exp}, but its producer {ob.value} produces {prod}."
 
 
+#: Finding kinds that break a target's op contract: how they break is the target's to say.
+_CONTRACT_KINDS = frozenset(
+    {"requant-after-passthrough", "requant-across-activation", "dropped-scale", "passthrough-domain-change"}
+)
+
+
+def _breaks_on(target: str, where: tuple[str, ...], kind_id: str) -> dict[str, str]:
+    """target name → how the program breaks there."""
+    from qflow import targets
+    from qflow.targets import Outcome
+
+    t = targets.get(target)
+    names = where or t.members or (t.name,)
+    how = {n: targets.get(n).outcome if kind_id in _CONTRACT_KINDS else Outcome.MISCOMPILE for n in names}
+    return {n: o.value for n, o in how.items()}
+
+
 def _check_acyclic(dg: DomainGraph) -> None:
     if not nx.is_directed_acyclic_graph(dg.g):
         cycle = nx.find_cycle(dg.g)
@@ -141,6 +158,7 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
             fix=spec.fix,
             source=_source(node.stack_trace) if node else None,
             module=node.module_path if node else None,
+            targets=_breaks_on(dg.target, r.obligation.targets, k),
         )
     report = Report(
         proved=counts["violated"] == 0 and counts["unproven"] == 0,
@@ -148,6 +166,7 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
         obligations=counts,
         form=dg.form,
         name=name,
+        target=dg.target,
         notes=list(dg.notes),
         stats={
             "values": len(dg),

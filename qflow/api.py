@@ -2,71 +2,148 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from qflow import targets
 from qflow.analysis import analyze_graph
-from qflow.errors import ProofError
+from qflow.errors import InputError, ProofError
 from qflow.graph import DomainGraph
 from qflow.report.model import Report
 from qflow.solvers.repair import Plan, plan_repair
+from qflow.targets import Target
 
 
-def domain_graph(obj: Any, form: str | None = None) -> DomainGraph:
+def domain_graph(obj: Any, form: str | None = None, target: str | Target | None = None) -> DomainGraph:
     """The domain graph qflow builds for `obj` (see `analyze` for what it accepts)."""
     if isinstance(obj, DomainGraph):
         return obj
+    t = targets.get(target)  # an unknown name fails before any torch import
+    if isinstance(obj, (str, Path)) and str(obj).endswith(".pte"):  # the shipped program: torch-free
+        from qflow.integrations import pte
+
+        if form not in (None, "lowered"):
+            raise InputError(f"{obj}: an ExecuTorch program is read as shipped (form 'lowered'), not {form!r}")
+        return pte.build(obj)
     from qflow.integrations import annotated
     from qflow.integrations.fx import build
     from qflow.integrations.load import graph_module_of
 
     gm, ep = graph_module_of(obj)
     if form == "annotated" or (form is None and annotated.is_annotated(gm) and not _has_qdq(gm)):
-        return annotated.build(gm)
-    return build(gm, ep, form)
+        return annotated.build(gm, t)
+    return build(gm, ep, form, t)
 
 
 def _has_qdq(gm: Any) -> bool:
     return any("quantize_per_" in str(n.target) for n in gm.graph.nodes if n.op == "call_function")
 
 
-def analyze(obj: Any, form: str | None = None, name: str = "") -> Report:
+def analyze(obj: Any, form: str | None = None, name: str = "", target: str | Target | None = None) -> Report:
     """Prove that every consumer in `obj` sees the domain it declares.
 
     `obj` is a torch.fx.GraphModule (annotated, PT2E Q/DQ, or Arm-folded), a
     torch.export.ExportedProgram, an ExecuTorch EdgeProgramManager, a path to
-    a .pt2 file, or a DomainGraph. `form` overrides the detected IR form
+    a .pt2 file or to an ExecuTorch .pte program (read as shipped, with its
+    delegate payloads; no torch needed), or a DomainGraph. `form` overrides the detected IR form
     ("annotated", "qdq", "folded" or "lowered"; a lowered program that
     delegates nothing looks like a Q/DQ graph, so say "lowered" for it).
+    `target` names the backend whose contract the program is proved against
+    ("arm-tosa", "xnnpack", or an ExecuTorch partitioner object; None or
+    "generic": every shipped target at once). A lowered program's partitions
+    are always read by their own delegate's target.
     """
-    return analyze_graph(domain_graph(obj, form), name=name)
+    return analyze_graph(domain_graph(obj, form, target), name=name)
 
 
-def plan(obj: Any, form: str | None = None, objective: str = "count") -> Plan:
+def plan(obj: Any, form: str | None = None, objective: str = "count", target: str | Target | None = None) -> Plan:
     """The minimal requant plan for `obj` (nothing is modified)."""
-    return plan_repair(domain_graph(obj, form), objective)
+    t = targets.get(target)
+    return plan_repair(domain_graph(obj, form, t), objective, int16_zero_point_zero=t.int16_zero_point_zero)
 
 
-def repair(obj: Any, form: str | None = None, objective: str = "count") -> Any:
+def repair(obj: Any, form: str | None = None, objective: str = "count", target: str | Target | None = None) -> Any:
     """A copy of `obj`, of the same kind, with the minimal set of requants inserted.
 
-    `objective` is "count" (fewest requants) or "bytes" (least data moved).
-    An already-proved graph is returned unchanged (the same object). Raises
-    `ProofError` when the repaired graph still does not prove (unknown ops,
-    missing facts), so a repair never hands back a graph it cannot vouch for.
+    `obj` is anything `analyze` takes; a `.pt2` path is loaded and the repaired
+    `ExportedProgram` returned. `objective` is "count" (fewest requants) or
+    "bytes" (least data moved); `target` names the backend whose rules a
+    requant must respect (int16 zero point 0 on TOSA and the generic target).
+    A proved program with no warning is returned unchanged (the same object):
+    repair never touches a program it can already vouch for. Raises
+    `ProofError` (carrying the report, whose notes say what blocks the repair)
+    when the repaired graph still does not prove or nothing can repair it. A
+    change inside a delegate of a lowered program is made on its partition,
+    which the same backend then lowers again; `InputError` names the delegate
+    when that is impossible.
     """
+    fixed, _, _ = repair_with_plan(obj, form, objective, target)
+    return fixed
+
+
+def repair_with_plan(
+    obj: Any, form: str | None = None, objective: str = "count", target: Any = None, name: str = ""
+) -> tuple[Any, Plan, Report]:
+    """`repair`, also returning the plan carried out and the repaired program's
+    report (its JSON has a ``"repair"`` entry counting every change)."""
     import copy
+    from pathlib import Path
 
-    from qflow.integrations.load import graph_module_of
-    from qflow.integrations.rewrite import apply_plan
+    from qflow.integrations.load import graph_module_of, load_program
+    from qflow.integrations.rewrite import apply_plan, relower_delegates, split_plan
 
-    dg = domain_graph(obj, form)
-    p = plan_repair(dg, objective)
-    if p.empty:
-        return obj
+    if isinstance(obj, (str, Path)):
+        obj = load_program(obj)
+    t = targets.get(target)
+    dg = domain_graph(obj, form, t)
+    before = analyze_graph(dg, name=name)
+    p = plan_repair(dg, objective, int16_zero_point_zero=t.int16_zero_point_zero)
+    # an activation's own domain must keep the numbers (else the finding stays)
+    p.activation_domains = {
+        q: d for q, d in p.activation_domains.items() if _activation_of(dg, q) is None or _same_meaning(*d)
+    }
+    if before.proved:
+        # never repair what already proves; only a warning's own fix (an
+        # activation given a domain of the same meaning) is carried out
+        warned = {f.node for f in before.findings if f.severity in ("error", "warning")}
+        own = {q: d for q, d in p.activation_domains.items() if _activation_of(dg, q) in warned}
+        p = Plan(activation_domains=own, objective=objective)
+        if p.empty:
+            before.repair = p.to_json()
+            return obj, p, before
+    elif p.empty:
+        raise ProofError(_blocked(before, p))
     repaired = copy.deepcopy(obj)
     gm, _ = graph_module_of(repaired)
-    apply_plan(gm, p)
-    report = analyze(repaired, form=dg.form)
-    if not report.proved:
-        raise ProofError(report)
-    return repaired
+    parent, inside = split_plan(p)
+    relower_delegates(gm, inside)  # a change inside a delegate: its partition, lowered again
+    apply_plan(gm, parent)
+    after = analyze(repaired, form=dg.form, name=name, target=t)
+    after.repair = p.to_json()
+    if not after.proved:
+        raise ProofError(_blocked(after, p))
+    return repaired, p, after
+
+
+def _activation_of(dg: DomainGraph, q: str) -> str | None:
+    """The activation whose quantize `q` is (the node its finding names)."""
+    for ob in dg.obligations:
+        if ob.finding_kind == "non-fuseable-activation" and ob.edge and ob.edge[1] == q:
+            return ob.node
+    return None
+
+
+def _same_meaning(old: Any, own: Any) -> bool:
+    """An activation's own domain keeps the numbers: zero point at qmin (the
+    clamp at 0 is exact), a grid no coarser than the old one (at most one
+    extra rounding step), the same dtype."""
+    return own.dtype == old.dtype and own.zero_point == own.qmin and float(own.scale) <= float(old.scale)
+
+
+def _blocked(report: Report, p: Plan) -> Report:
+    """`report` with notes saying why no repair makes it prove."""
+    why = p.reasons or [f"{ob.node}: {ob.finding_kind} ({ob.arg or ob.value})" for ob in p.unrepairable]
+    if not why:
+        why = [f"{f.node}: {f.kind} ({f.status})" for f in report.findings if f.status != "proved"]
+    report.notes = [*report.notes, *(f"repair blocked: {w}" for w in why or ["no requant discharges the failures"])]
+    return report

@@ -3,24 +3,30 @@
 Exit codes (a contract for CI): 0 every program proved (or nothing at the
 --fail-on level), 1 a finding at the --fail-on level (by default: some
 obligation violated or unproven), 2 bad input (unreadable file, malformed
-graph, unwritable output, --graph .svg without Graphviz).
+graph, unwritable output, --graph .svg without Graphviz). A program in
+which nothing is quantized has nothing to prove: it is reported as such and
+counts as not proved (exit 1 at the default --fail-on warning, 0 at error).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qflow.errors import ProofError, QflowError
+from qflow import __version__
+from qflow.errors import InputError, ProofError, QflowError
 from qflow.report.junit import render_junit
 from qflow.report.kinds import KINDS
 from qflow.report.markdown import render_markdown
 from qflow.report.model import Report
 from qflow.report.sarif import render_sarif
+from qflow.report.text import NOTHING_QUANTIZED
 
 EXIT_PROVED, EXIT_NOT_PROVED, EXIT_BAD_INPUT = 0, 1, 2
 FORMATS = ("text", "json", "markdown", "sarif", "junit")
@@ -31,6 +37,25 @@ def bundled_examples() -> list[Path]:
     """The .pt2 programs shipped with qflow (seed 000's graph and a clean control)."""
     here = Path(__file__).parent / "examples"
     return sorted(here.glob("*.pt2"))
+
+
+def expand_paths(args: Sequence[str]) -> list[Path]:
+    """The programs to check: each PATH, and the .pt2 files under each directory (sorted).
+    A directory without any is kept as it is, so it is reported as bad input."""
+    out: list[Path] = []
+    for a in args:
+        p = Path(a)
+        found = sorted(p.rglob("*.pt2")) if p.is_dir() else []
+        out += found or [p]
+    return out
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """A program that could not be checked, reported alongside the others' reports."""
+
+    path: str
+    message: str
 
 
 def fails(report: Report, fail_on: str) -> bool:
@@ -50,29 +75,84 @@ def fails(report: Report, fail_on: str) -> bool:
     raise ValueError(f"fail_on must be one of {FAIL_ON}, not {fail_on!r}")
 
 
-def render(reports: list[Report], fmt: str, artifacts: dict[str, str] | None = None) -> str:
-    """The text of `reports` in one of FORMATS (`artifacts`: report name → program file, for SARIF)."""
+def render(
+    reports: list[Report], fmt: str, artifacts: dict[str, str] | None = None, bad: Sequence[BadInput] = ()
+) -> str:
+    """The text of `reports` in one of FORMATS (`artifacts`: report name → program file, for SARIF),
+    with the programs that could not be read (`bad`) reported in it too."""
     if fmt == "text":
-        return "\n\n".join(str(r) for r in reports) + "\n"
+        parts = [str(r) for r in reports] + [f"qflow: {b.path}: BAD INPUT — {b.message}" for b in bad]
+        return "\n\n".join(parts) + "\n" if parts else ""
     if fmt == "json":
         out = [r.to_json() for r in reports]
+        out += [
+            {"schema": BAD_INPUT_SCHEMA, "name": Path(b.path).name, "path": b.path, "error": b.message} for b in bad
+        ]
         return json.dumps(out[0] if len(out) == 1 else out, indent=2) + "\n"
     if fmt == "markdown":
-        return render_markdown(reports)
+        text = render_markdown(reports) if reports else "## qflow\n"
+        return text + "".join(f"\n**Bad input** `{b.path}`: {b.message}\n" for b in bad)
     if fmt == "sarif":
-        return json.dumps(render_sarif(reports, artifacts=artifacts), indent=2) + "\n"
+        return json.dumps(_sarif_with_bad_inputs(render_sarif(reports, artifacts=artifacts), bad), indent=2) + "\n"
     if fmt == "junit":
-        return render_junit(reports)
+        return _junit_with_bad_inputs(render_junit(reports), bad)
     raise ValueError(f"format must be one of {FORMATS}, not {fmt!r}")
 
 
-def summary(reports: list[Report]) -> str:
+BAD_INPUT_SCHEMA = "qflow.bad-input/1"
+
+
+def _sarif_with_bad_inputs(log: dict[str, Any], bad: Sequence[BadInput]) -> dict[str, Any]:
+    """A program that could not be read is an error notification of the run (SARIF's place for
+    what kept the tool from analysing an artifact), located at the file."""
+    if not bad:
+        return log
+    from qflow.report.sarif import display_path
+
+    def where(path: str) -> dict[str, Any]:
+        uri, relative = display_path(path)
+        loc: dict[str, Any] = {"uri": uri}
+        if relative:
+            loc["uriBaseId"] = "%SRCROOT%"
+        return {"physicalLocation": {"artifactLocation": loc}}
+
+    log["runs"][0]["invocations"] = [
+        {
+            "executionSuccessful": False,
+            "toolExecutionNotifications": [
+                {"level": "error", "message": {"text": f"{b.path}: {b.message}"}, "locations": [where(b.path)]}
+                for b in bad
+            ],
+        }
+    ]
+    return log
+
+
+def _junit_with_bad_inputs(xml: str, bad: Sequence[BadInput]) -> str:
+    """A program that could not be read is a <testsuite> with one erroring <testcase>."""
+    if not bad:
+        return xml
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(xml)
+    for b in bad:
+        suite = ET.SubElement(root, "testsuite", name=b.path, tests="1", failures="0", errors="1", skipped="0")
+        case = ET.SubElement(suite, "testcase", classname="bad-input", name=Path(b.path).name)
+        ET.SubElement(case, "error", message=b.message, type="bad-input").text = b.message
+    root.set("errors", str(int(root.get("errors", "0")) + len(bad)))
+    root.set("tests", str(int(root.get("tests", "0")) + len(bad)))
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def summary(reports: list[Report], bad_inputs: Sequence[BadInput] = ()) -> str:
     """One line for stderr when the report itself goes to a file."""
     bad = [r for r in reports if not r.proved]
     sev = [f.severity for r in reports for f in r.findings]
     counts = ", ".join(f"{sev.count(s)} {s}" for s in ("error", "warning", "info") if s in sev) or "no findings"
     verdict = f"{len(bad)} not proved" if bad else "all proved"
-    return f"qflow: {len(reports)} program(s) checked, {verdict} ({counts})"
+    unread = f", {len(bad_inputs)} bad input(s)" if bad_inputs else ""
+    return f"qflow: {len(reports)} program(s) checked, {verdict} ({counts}){unread}"
 
 
 def _graph_path(text: str) -> Path:
@@ -95,6 +175,34 @@ def _picture_module() -> Any:
     return picture
 
 
+def _explorer_module() -> Any:
+    """qflow.report.explorer, or None after saying what to install (it needs ai-edge-model-explorer)."""
+    try:
+        import model_explorer.node_data_builder  # noqa: F401
+
+        from qflow.report import explorer
+    except ImportError as e:
+        print(f"qflow: --explorer: {e}: pip install -c constraints.txt 'qflow[explorer]'", file=sys.stderr)
+        return None
+    return explorer
+
+
+def _explore(explorer: Any, directory: Path, drawn: list[Any]) -> bool:
+    """Write each program's Model Explorer overlay into `directory` and print the command that opens it."""
+    try:
+        overlays = [explorer.write_overlay(directory, path, r, dg, plan) for r, dg, plan, path in drawn]
+    except OSError as e:
+        print(f"qflow: cannot write the Model Explorer overlay to {directory}: {e}", file=sys.stderr)
+        return False
+    print(
+        f"qflow: Model Explorer overlay of {len(overlays)} program(s) written to {directory}; open with:",
+        file=sys.stderr,
+    )
+    for o in overlays:
+        print(f"  {o.command()}", file=sys.stderr)
+    return True
+
+
 def _check(args: argparse.Namespace) -> int:
     from qflow.analysis import analyze_graph
     from qflow.api import domain_graph
@@ -107,43 +215,113 @@ def _check(args: argparse.Namespace) -> int:
         if args.graph.suffix.lower() == ".svg" and not picture.dot_available():
             print(f"qflow: --graph {args.graph}: {picture.INSTALL_HINT}", file=sys.stderr)
             return EXIT_BAD_INPUT
-    paths = [Path(p) for p in args.paths] or bundled_examples()
+    explorer = _explorer_module() if args.explorer else None
+    if args.explorer and explorer is None:
+        return EXIT_BAD_INPUT
+    if args.explorer and args.arm:
+        print(
+            "qflow: --explorer draws the programs as saved; the --arm partitions have no .pt2 of their own",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    spec = None
+    if args.arm:
+        spec = _arm_spec(args.arm)
+        if spec is None:
+            return EXIT_BAD_INPUT
+    paths = expand_paths(args.paths) or bundled_examples()
     if not paths:
         print("qflow: no program given and no bundled example found", file=sys.stderr)
         return EXIT_BAD_INPUT
     reports: list[Report] = []
     artifacts: dict[str, str] = {}
     drawn: list[Any] = []
+    bad: list[BadInput] = []
     for i, p in enumerate(paths, 1):
         if len(paths) > 1:
             print(f"[{i}/{len(paths)}] {p.name}", file=sys.stderr, flush=True)
         try:
-            programs = _arm_partitions(p, args.arm) if args.arm else [(p.name, p)]
             new = []
-            for name, program in programs:
-                dg = domain_graph(program, form=None if args.arm else args.form)
+            for name, program in _programs(p, args.form, spec):
+                target = "arm-tosa" if spec else args.target
+                dg = domain_graph(program, form=None if spec else args.form, target=target)
                 report = analyze_graph(dg, name=name)
+                if not _quantized(dg):
+                    report = dataclasses.replace(report, proved=False, notes=[NOTHING_QUANTIZED, *report.notes])
                 new.append(report)
-                if picture is not None:  # the plan marks where the requants would go
-                    drawn.append(picture.Program(report, dg, None if report.proved else plan_repair(dg)))
+                if picture is not None or explorer is not None:  # the plan marks where the requants would go
+                    plan = None if report.proved or not _quantized(dg) else plan_repair(dg)
+                    drawn.append((report, dg, plan, p))
         except QflowError as e:
-            print(f"qflow: {p}: {e}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            message = "a directory with no .pt2 program in it" if p.is_dir() else str(e).removeprefix(f"{p}: ")
+            print(f"qflow: {p}: {message}", file=sys.stderr)
+            bad.append(BadInput(str(p), message))
+            continue
         reports += new
         artifacts.update({r.name: str(p) for r in new})
-    text = render(reports, args.format, artifacts)
+    # bad inputs are said on stderr as they happen; the report carries them too, except the
+    # terminal text report, which would only say them twice
+    text = render(reports, args.format, artifacts, bad if args.output or args.format != "text" else ())
     if args.output:
         try:
             Path(args.output).write_text(text, encoding="utf-8")
         except OSError as e:
             print(f"qflow: cannot write {args.output}: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT
-        print(f"{summary(reports)}; {args.format} report written to {args.output}", file=sys.stderr)
+        print(f"{summary(reports, bad)}; {args.format} report written to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
-    if picture is not None and not _draw(picture, args.graph, drawn):
+    if picture is not None and not _draw(picture, args.graph, [picture.Program(r, dg, pl) for r, dg, pl, _ in drawn]):
+        return EXIT_BAD_INPUT
+    if explorer is not None and not _explore(explorer, args.explorer, drawn):
+        return EXIT_BAD_INPUT
+    if bad:
         return EXIT_BAD_INPUT
     return EXIT_NOT_PROVED if any(fails(r, args.fail_on) for r in reports) else EXIT_PROVED
+
+
+def _quantized(dg: Any) -> bool:
+    """Whether anything in the domain graph is quantized (else there is nothing to prove)."""
+    from qflow.ops import OpClass
+
+    for v in dg.values():
+        if v.op_class in (OpClass.QUANTIZE, OpClass.DEQUANTIZE) or v.definition.symbolic is not None:
+            return True
+        if any(d is not None and not d.is_float for d in (v.definition.domain, v.claim)):
+            return True
+    return False
+
+
+def _programs(path: Path, form: str | None, spec: Any) -> list[tuple[str, Any]]:
+    """(report name, program) to check for one PATH: the program itself, or with --arm each
+    partition of its Arm lowering. Raises InputError for what cannot be checked as asked."""
+    from qflow.integrations.load import form_mismatch, load_program
+
+    ep = load_program(path)
+    if spec is None:
+        reason = form_mismatch(ep.graph_module, form)
+        if reason is not None:
+            raise InputError(reason)
+        return [(path.name, ep)]
+    return _arm_partitions(path, ep, spec)
+
+
+def _arm_spec(text: str) -> Any:
+    """The TosaSpecification --arm names, or None after saying why it is not one."""
+    try:
+        from executorch.backends.arm.tosa.specification import TosaSpecification
+    except ImportError as e:
+        print(f"qflow: --arm needs ExecuTorch's Arm backend ({e}): pip install 'qflow[arm]'", file=sys.stderr)
+        return None
+    try:
+        return TosaSpecification.create_from_string(text)
+    except ValueError:
+        print(
+            f"qflow: --arm {text}: not a TOSA specification (e.g. TOSA-1.0+INT, TOSA-1.0+INT+int16, "
+            "TOSA-1.0+INT+FP, TOSA-1.0+FP)",
+            file=sys.stderr,
+        )
+        return None
 
 
 def _draw(picture: Any, path: Path, programs: list[Any]) -> bool:
@@ -161,53 +339,94 @@ def _draw(picture: Any, path: Path, programs: list[Any]) -> bool:
     return True
 
 
-def _arm_partitions(path: Path, spec: str) -> list[tuple[str, Any]]:
+def _arm_partitions(path: Path, ep: Any, spec: Any) -> list[tuple[str, Any]]:
     """Lower with the real Arm TOSA partitioner; (name, partition) for each
     partition as the backend sees it right after its fold pass."""
+    from qflow.api import _has_qdq
     from qflow.integrations.arm import capture_after, lower
-    from qflow.integrations.load import load_program
 
-    ep = load_program(path)
+    if _has_qdq(ep.graph_module) and not spec.support_integer():
+        raise InputError(
+            f"--arm {spec}: a specification without the INT profile cannot lower a quantized program "
+            "(it has quantize/dequantize nodes); use e.g. TOSA-1.0+INT or TOSA-1.0+INT+FP"
+        )
     with capture_after() as partitions:
-        lower(ep, (), spec=spec)
+        try:
+            lower(ep, (), spec=str(spec))
+        except Exception as e:  # the backend's own error: one line, not its traceback
+            lines = str(e).strip().splitlines()
+            why = f"the Arm TOSA lowering ({spec}) failed: {type(e).__name__}: {lines[0] if lines else ''}"
+            if not partitions:
+                raise InputError(why) from e
+            print(f"qflow: {path}: {why}; checking the {len(partitions)} partition(s) it folded", file=sys.stderr)
     return [(f"{path.name} partition {i} ({spec})", part) for i, part in enumerate(partitions)]
 
 
 def _repair(args: argparse.Namespace) -> int:
     import torch
 
-    from qflow.api import analyze, plan, repair
+    from qflow import api
     from qflow.integrations.load import load_program
 
     src, dst = Path(args.input), Path(args.output)
+    unwritable = _unwritable(dst)
+    if unwritable:
+        print(f"qflow: cannot write {dst}: {unwritable}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         ep = load_program(src)
-        before = analyze(ep, form=args.form, name=src.name)
-        p = plan(ep, form=before.form, objective=args.objective)  # warnings may have a repair too
-        fixed = repair(ep, form=before.form, objective=args.objective) if not p.empty else ep
-        after = analyze(fixed, form=before.form, name=dst.name)
+        fixed, p, after = api.repair_with_plan(
+            ep, form=args.form, objective=args.objective, target=args.target, name=dst.name
+        )
     except ProofError as e:
         print(f"qflow: {src}: cannot repair: the repaired graph does not prove\n{e.report}", file=sys.stderr)
         return EXIT_NOT_PROVED
     except QflowError as e:
         print(f"qflow: {src}: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if not after.proved:  # nothing a requant can fix (unknown ops, missing facts)
-        print(f"qflow: {src}: cannot repair: no requant discharges these\n{after}", file=sys.stderr)
-        return EXIT_NOT_PROVED
     try:
         torch.export.save(fixed, dst)
-    except OSError as e:
-        print(f"qflow: cannot write {dst}: {e}", file=sys.stderr)
+    except (OSError, RuntimeError) as e:  # torch's zip writer raises RuntimeError for a bad path
+        print(f"qflow: cannot write {dst}: {str(e).strip().splitlines()[0]}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    what = (
-        "already proved, saved unchanged"
-        if p.empty
-        else f"{len(p.requants)} requant(s) inserted, {len(p.reclaims)} claim(s) corrected"
-    )
+    what = "already proved, saved unchanged" if fixed is ep else p.summary()
+    delegates = p.delegates()
+    if delegates:
+        what += f" (lowered again: {', '.join(delegates)})"
     ob = after.obligations
     print(f"qflow: {src} → {dst}: {what}; PROVED ({ob.get('proved', 0)} obligations)")
     return EXIT_PROVED
+
+
+def _unwritable(dst: Path) -> str:
+    """Why OUT cannot be written (checked before the work), or ""."""
+    if dst.is_dir():
+        return "is a directory (give the file name to write, e.g. DIR/fixed.pt2)"
+    if not dst.parent.is_dir():
+        return f"no such directory {dst.parent}"
+    return ""
+
+
+#: What the bundled examples must give: seed 000's dropped requant found, its control proved.
+DEMO_EXPECTED = {"seed000_cat_requant.pt2": ["requant-after-passthrough"], "seed000_control.pt2": []}
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """Check the bundled examples and say whether qflow found exactly what it should."""
+    from qflow.api import analyze
+
+    reports = [analyze(p, name=p.name) for p in bundled_examples()]
+    sys.stdout.write(render(reports, "text"))
+    got = {r.name: sorted(f.kind for f in r.findings if f.severity == "error") for r in reports}
+    proved = {r.name: r.proved for r in reports}
+    if got == DEMO_EXPECTED and proved == {"seed000_cat_requant.pt2": False, "seed000_control.pt2": True}:
+        print(
+            "\nqflow demo: as expected — the requant the Arm fold pass drops after seed 000's cat is found "
+            "(exit 1 from `qflow check` on it), its control is proved. The install works."
+        )
+        return EXIT_PROVED
+    print(f"\nqflow demo: UNEXPECTED result {got} (expected {DEMO_EXPECTED}): the install is broken", file=sys.stderr)
+    return EXIT_NOT_PROVED
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -229,6 +448,14 @@ def _add_form(p: argparse.ArgumentParser) -> None:
         "lowered (the output of to_edge_transform_and_lower: ops outside delegates run on the CPU in float; "
         "detected when the graph calls a delegate)",
     )
+    p.add_argument(
+        "--target",
+        choices=("generic", "arm-tosa", "xnnpack"),
+        default=None,
+        help="the backend the program will be lowered to, whose measured contract decides how each op lowers a "
+        "domain change (default: generic, sound for every shipped target; a lowered program's partitions are "
+        "always read by their own delegate's target)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -238,6 +465,7 @@ def parser() -> argparse.ArgumentParser:
         "quantization domain it declares, and repair the graph when it does not.",
         epilog="Exit codes: 0 proved, 1 not proved (see `qflow check --fail-on`), 2 bad input.",
     )
+    p.add_argument("--version", action="version", version=f"qflow {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     c = sub.add_parser(
         "check",
@@ -249,7 +477,13 @@ def parser() -> argparse.ArgumentParser:
         "1 a finding at the --fail-on level, 2 bad input (unreadable or malformed program, unwritable "
         "--output or --graph, --graph .svg without Graphviz installed).",
     )
-    c.add_argument("paths", nargs="*", metavar="PATH", help="a torch.export.save'd program (.pt2); several allowed")
+    c.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="a torch.export.save'd program (.pt2) or an ExecuTorch program (.pte, checked as shipped: "
+        "its execution plan and delegate payloads); several allowed",
+    )
     c.add_argument(
         "--format",
         choices=FORMATS,
@@ -291,6 +525,15 @@ def parser() -> argparse.ArgumentParser:
         "it, exit 2 with how to install it) or .dot (Graphviz source, no Graphviz needed); "
         "anything else is a usage error",
     )
+    c.add_argument(
+        "--explorer",
+        metavar="DIR",
+        type=Path,
+        help="also write Google Model Explorer node data into DIR, next to a copy of each program: "
+        "NAME.qflow-status.json colours each node by its obligations' status, NAME.qflow-domains.json "
+        "shows produced/expected domains and the planned requants; prints the `model-explorer` command "
+        "that opens the program with both (needs the explorer extra)",
+    )
     c.set_defaults(func=_check)
     r = sub.add_parser(
         "repair",
@@ -310,6 +553,15 @@ def parser() -> argparse.ArgumentParser:
     )
     _add_form(r)
     r.set_defaults(func=_repair)
+    d = sub.add_parser(
+        "demo",
+        help="check the bundled examples and say whether the result is the expected one",
+        description="Check the two bundled programs (seed 000's miscompiled cat and its control), print "
+        "the report, and say whether qflow found exactly the expected violation.",
+        epilog="Exit codes: 0 the expected result (one violation in seed 000, the control proved), "
+        "1 anything else (a broken install).",
+    )
+    d.set_defaults(func=_demo)
     e = sub.add_parser(
         "explain",
         help="what a finding kind means and how to fix it",
@@ -320,9 +572,24 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Loggers that report, at import, what every install of the pinned stack prints and nothing a
+#: user can act on: torchao's optional CUDA kernels (`Failed to load ..._C_mxfp8...so`) and torch's
+#: pytree deprecation of Enum constants registered by torchao/ExecuTorch. Their errors still show.
+KNOWN_NOISE = ("torchao", "torch.utils._pytree")
+
+
+def quiet_known_noise() -> None:
+    """Keep stderr for what is wrong: raise the known-noisy import loggers to ERROR."""
+    import logging
+
+    for name in KNOWN_NOISE:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (argparse exits 2 itself on bad usage)."""
     args = parser().parse_args(argv)
+    quiet_known_noise()
     func: Callable[[argparse.Namespace], Any] = args.func
     return int(func(args))
 

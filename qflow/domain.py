@@ -74,6 +74,12 @@ class Domain:
             axis = None
         return Domain(str(dtype), sc, zp, int(qmin), int(qmax), axis)
 
+    @staticmethod
+    def run_time(dtype: str, params: str, qmin: int, qmax: int) -> Domain:
+        """A domain whose scale and zero point are computed at run time (dynamic
+        quantization): the tensors `params` that hold them stand for their value."""
+        return Domain(str(dtype), (), (), int(qmin), int(qmax), None, params)
+
     @property
     def is_float(self) -> bool:
         return self.dtype in FLOAT_DTYPES
@@ -101,6 +107,8 @@ class Domain:
     def __str__(self) -> str:
         if self.is_float:
             return self.dtype
+        if self.opaque is not None and self.axis is None:
+            return f"{self.dtype} run-time qparams ({self.opaque}) [{self.qmin},{self.qmax}]"
         if self.opaque is not None:
             return f"{self.dtype} per-channel(axis={self.axis}, params {self.opaque}) [{self.qmin},{self.qmax}]"
         if self.per_channel:
@@ -128,6 +136,8 @@ class Domain:
         }
         if self.axis is not None:
             d["axis"] = self.axis
+        if self.opaque is not None:
+            d["params"] = self.opaque
         return d
 
 

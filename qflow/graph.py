@@ -107,6 +107,9 @@ class Obligation:
     #: STRUCTURAL: the domain a repair gives the quantize at the end of `edge`
     #: (an activation's own, exactly fuseable domain), when the rule knows one.
     fix_domain: Domain | None = None
+    #: The targets on which a failure breaks the program (empty: every target
+    #: the analysis was made for).
+    targets: tuple[str, ...] = ()
 
 
 @dataclass
@@ -116,6 +119,8 @@ class DomainGraph:
     g: nx.DiGraph = field(default_factory=nx.DiGraph)
     obligations: list[Obligation] = field(default_factory=list)
     form: str = "unknown"
+    #: The target whose contract the graph was read by.
+    target: str = "generic"
     #: Adapter-level notes (assumptions made) that reports show.
     notes: list[str] = field(default_factory=list)
 

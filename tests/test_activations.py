@@ -9,6 +9,7 @@ from torch import nn
 import qflow
 from qflow.domain import Domain
 from qflow.integrations import activations, arm
+from qflow.targets import Fusion
 
 # int8 domains: zp at qmin (fuseable for relu) and above it (not)
 AT_QMIN = Domain.quantized("int8", 6 / 255, -128, -128, 127)
@@ -32,9 +33,11 @@ def test_exact_fusion_condition(name, lo, hi, dom, exact) -> None:
     assert activations.exact(dom, lo, hi) is exact
     if exact:  # the installed pass may fuse an exact activation; never a problem
         return
-    # 1.5.1 fuses relu (and hardtanh(0, x) reaching qmax) regardless; clamp never
-    fused = activations.would_fuse(name, dom, lo, hi)
-    assert fused is (activations.fuses_by_narrowing() and name == "relu")
+    # the Arm pass fuses relu (and hardtanh(0, x) reaching qmax) regardless; clamp never;
+    # a backend that clamps in code space, or fuses only exactly, never drops a cutting clamp
+    assert activations.would_fuse(Fusion.NARROW_QMIN, name, dom, lo, hi) is (name == "relu")
+    assert not activations.would_fuse(Fusion.CODE_CLAMP, name, dom, lo, hi)
+    assert not activations.would_fuse(Fusion.EXACT_ONLY, name, dom, lo, hi)
 
 
 class LinearReluCat(nn.Module):

@@ -2,11 +2,14 @@
 
 Hand-built domain graphs check colours, labels and requant marks on the DOT
 source; the bundled seed 000 programs go through the real CLI to .dot and to
-.svg (rendered by Graphviz `dot`, which .ci/run installs).
+.svg (rendered by Graphviz `dot`, which .ci/run installs). Without `dot` the SVG
+tests skip and say why, except on CI (CI=true), where a skip would hide them: there
+they fail.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -33,6 +36,20 @@ _ATTR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^\s\]]+)')
 def program(dg: DomainGraph, name: str = "p") -> Program:
     r = analyze_graph(dg, name=name)
     return Program(r, dg, None if r.proved else plan_repair(dg))
+
+
+@pytest.fixture
+def needs_dot() -> None:
+    require_dot()
+
+
+def require_dot() -> None:
+    """Graphviz `dot`, or a visible skip on a machine without it (a failure on CI, which installs it)."""
+    if picture.dot_available():
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail("Graphviz `dot` is missing on CI (.ci/run installs it): the SVG tests would not run")
+    pytest.skip("Graphviz `dot` is not installed (apt-get install graphviz / brew install graphviz): SVG not rendered")
 
 
 def parse(dot: str) -> tuple[dict[str, dict[str, str]], list[tuple[str, str, dict[str, str]]]]:
@@ -157,7 +174,7 @@ def test_short_domains() -> None:
     assert short_domain(pc.to_dict()) == short_domain(pc)
 
 
-def test_odd_names_render(tmp_path) -> None:
+def test_odd_names_render(tmp_path, needs_dot) -> None:
     g = G()
     g.fact('a"b\\c:d', A)
     g.use('a"b\\c:d', "x:y", C)
@@ -195,7 +212,7 @@ def svg_nodes(path: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
-def test_seed000_through_the_cli_to_svg(capsys, tmp_path) -> None:
+def test_seed000_through_the_cli_to_svg(capsys, tmp_path, needs_dot) -> None:
     dest = tmp_path / "seed000.svg"
     assert main(["check", FAILING, "--graph", str(dest)]) == 1
     err = capsys.readouterr().err
@@ -225,7 +242,7 @@ def test_bundled_examples_through_the_cli_to_dot(capsys, tmp_path) -> None:
     assert any(e[2].get("label") == "real on int8 s=0.1 zp=102" for e in edges)
 
 
-def test_control_through_the_cli_renders_with_no_violation(capsys, tmp_path) -> None:
+def test_control_through_the_cli_renders_with_no_violation(capsys, tmp_path, needs_dot) -> None:
     dest = tmp_path / "control.svg"
     assert main(["check", CONTROL, "--graph", str(dest)]) == 0
     statuses = {v[0] for v in svg_nodes(dest).values()}
@@ -252,3 +269,17 @@ def test_help_documents_graph(capsys) -> None:
     out = " ".join(capsys.readouterr().out.split())
     for words in ("--graph PATH", ".svg", ".dot", "Graphviz", "proved", "violated", "unproven", "requant"):
         assert words in out
+
+
+
+def test_without_dot_the_svg_tests_skip_visibly_and_fail_on_ci(monkeypatch) -> None:
+    """What a fresh machine without Graphviz and CI each get from the fixture's rule."""
+    monkeypatch.setattr(picture, "dot_available", lambda: False)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="Graphviz `dot` is not installed"):
+        require_dot()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="missing on CI"):
+        require_dot()
+    monkeypatch.setattr(picture, "dot_available", lambda: True)
+    require_dot()  # installed: the test runs

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 pytest_plugins = ["pytester"]
 
 EXAMPLES = Path(__file__).parent.parent / "qflow" / "examples"
 
 
-def test_plugin_fails_seed000_passes_control_and_writes_reports(pytester) -> None:
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_plugin_fails_seed000_passes_control_and_writes_reports(pytester, workers) -> None:
     pytester.makepyfile(
         f"""
         def test_seed000(qflow_prove):
@@ -22,14 +28,15 @@ def test_plugin_fails_seed000_passes_control_and_writes_reports(pytester) -> Non
         """
     )
     out = pytester.mkdir("reports")
-    result = pytester.runpytest_subprocess(f"--qflow-report={out}", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(f"--qflow-report={out}", "-p", "no:cacheprovider", *workers)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*qflow could not prove seed000*", "*requant-after-passthrough*"])
     assert json.loads((out / "seed000.json").read_text())["proved"] is False
     assert json.loads((out / "control.json").read_text())["proved"] is True
     sarif = json.loads((out / "qflow.sarif").read_text())
     assert [r["ruleId"] for r in sarif["runs"][0]["results"]] == ["requant-after-passthrough"]
-    assert "<testsuites" in (out / "qflow-junit.xml").read_text()
+    junit = (out / "qflow-junit.xml").read_text()
+    assert "<testsuites" in junit and 'name="seed000"' in junit and 'name="control"' in junit
     assert not (out / "observed").exists() and "qflow observe" not in result.stdout.str()
 
 
@@ -89,17 +96,33 @@ def test_qflow_crash_is_a_note_not_a_failure(monkeypatch):
 """
 
 
+def _run_suite(root: Path, *args: str) -> tuple[str, Path]:
+    """Run UNMODIFIED_SUITE under --qflow-observe in a fresh directory (a subprocess, as a user would)."""
+    root.mkdir()
+    (root / "test_observe.py").write_text(UNMODIFIED_SUITE)
+    out = root / "reports"
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--qflow-observe", f"--qflow-report={out}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent.parent), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([*cmd, *args], cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    return proc.stdout, out
+
+
+@pytest.fixture(scope="module")
+def observed_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, Path]]:
+    """The unmodified suite observed serially and over two pytest-xdist workers (built once)."""
+    base = tmp_path_factory.mktemp("observe")
+    return {"serial": _run_suite(base / "serial"), "xdist": _run_suite(base / "xdist", "-n", "2")}
+
+
 def _observed(out: Path, test: str) -> dict:
     return json.loads((out / "observed" / f"test_observe.py_{test}.json").read_text())
 
 
-def test_observe_proves_every_lowering_of_an_unmodified_suite(pytester) -> None:
-    pytester.makepyfile(test_observe=UNMODIFIED_SUITE)
-    out = pytester.mkdir("reports")
-    result = pytester.runpytest_subprocess("--qflow-observe", f"--qflow-report={out}", "-p", "no:cacheprovider")
+def test_observe_proves_every_lowering_of_an_unmodified_suite(observed_runs) -> None:
+    stdout, out = observed_runs["serial"]
     # observing never fails a test: seed 000 miscompiles, qflow crashes, all pass
-    result.assert_outcomes(passed=4)
-    result.stdout.fnmatch_lines(
+    assert "4 passed" in stdout, stdout
+    pytest.LineMatcher(stdout.splitlines()).fnmatch_lines(
         [
             "*qflow: 4/4 tests lowered 7 programs (lowered 4, partition 3), 4 proved;*1 analysis errors*",
             "*qflow: ERROR test_observe.py::test_seed000::lowered?0? (passed): requant-after-passthrough*",
@@ -138,6 +161,40 @@ def test_observe_proves_every_lowering_of_an_unmodified_suite(pytester) -> None:
     ]
 
 
+def _summary_line(stdout: str) -> str:
+    """The qflow summary line without its timing."""
+    (line,) = [ln for ln in stdout.splitlines() if ln.startswith("qflow: ") and "tests lowered" in ln]
+    return line.rsplit(";", 1)[0]
+
+
+def _without_times(doc: dict) -> dict:
+    return {k: v for k, v in doc.items() if k != "qflow_seconds"}
+
+
+def test_xdist_workers_report_what_a_serial_run_reports(observed_runs) -> None:
+    serial, serial_out = observed_runs["serial"]
+    xdist, xdist_out = observed_runs["xdist"]
+    assert "created: 2/2 workers" in xdist and "4 passed" in xdist, xdist
+    assert _summary_line(xdist) == _summary_line(serial)
+    assert "tests lowered 7 programs" in _summary_line(xdist)
+    # the merged session summary: same totals, same error findings (not one worker's share)
+    merged, alone = (json.loads((d / "qflow-observe.json").read_text()) for d in (xdist_out, serial_out))
+    assert _without_times(merged) == _without_times(alone)
+    assert merged["tests"] == 4 and merged["programs"] == 7
+
+    def results(d: Path) -> list[tuple]:
+        runs = json.loads((d / "qflow.sarif").read_text())["runs"]
+        assert len(runs) == 1
+        return [(r["ruleId"], r["message"]["text"], json.dumps(r["locations"])) for r in runs[0]["results"]]
+
+    assert results(xdist_out) == results(serial_out) and len(results(xdist_out)) == 2
+    junit = [(d / "qflow-junit.xml").read_text().count("<testsuite ") for d in (xdist_out, serial_out)]
+    assert junit == [6, 6]  # one per analysed program (the crashed one has no report)
+    assert sorted(p.name for p in (xdist_out / "observed").iterdir()) == sorted(
+        p.name for p in (serial_out / "observed").iterdir()
+    )
+
+
 def test_strict_observe_fails_the_miscompiling_test_and_p_qflow_alone_observes(pytester, monkeypatch) -> None:
     pytester.makepyfile(test_observe=UNMODIFIED_SUITE)
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
@@ -148,3 +205,30 @@ def test_strict_observe_fails_the_miscompiling_test_and_p_qflow_alone_observes(p
     result.stdout.fnmatch_lines(
         ["*qflow --qflow-strict: lowered program not proved:*", "*requant-after-passthrough at*", "*FAILED*seed000*"]
     )
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_qflow_check_collects_a_zoo_one_item_per_program(pytester, workers) -> None:
+    import shutil
+
+    zoo = pytester.mkdir("zoo")
+    (zoo / "nested").mkdir()
+    shutil.copy(EXAMPLES / "seed000_cat_requant.pt2", zoo / "seed000_cat_requant.pt2")
+    shutil.copy(EXAMPLES / "seed000_control.pt2", zoo / "nested" / "seed000_control.pt2")
+    (zoo / "notes.txt").write_text("not a program")
+    pytester.makepyfile(test_unrelated="def test_not_collected():\n    assert False\n")
+    out = pytester.path / "reports"
+    result = pytester.runpytest_subprocess(
+        "--qflow-check", str(zoo), f"--qflow-report={out}", "-p", "no:cacheprovider", "-rA", *workers
+    )
+    # one item per program, nothing else collected (the zoo replaces the default test paths)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*PASSED zoo/nested/seed000_control.pt2::seed000_control.pt2*", "*FAILED zoo/seed000_cat_requant.pt2*"]
+    )
+    result.stdout.fnmatch_lines(["*qflow could not prove zoo/seed000_cat_requant.pt2*", "*requant-after-passthrough*"])
+    assert json.loads((out / "zoo_seed000_cat_requant.pt2.json").read_text())["proved"] is False
+    assert json.loads((out / "zoo_nested_seed000_control.pt2.json").read_text())["proved"] is True
+    sarif = json.loads((out / "qflow.sarif").read_text())
+    assert [r["ruleId"] for r in sarif["runs"][0]["results"]] == ["requant-after-passthrough"]
+    assert (out / "qflow-junit.xml").read_text().count("<testsuite ") == 2

@@ -12,13 +12,13 @@ enforced by nothing after the rescale, so negative values leak.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import torch.fx as fx
 
 from qflow.domain import Domain
 from qflow.graph import DomainGraph, Obligation, ObligationKind
 from qflow.ops import base_name
+from qflow.targets import Fusion, Target
 
 _PRODUCERS = frozenset({"conv1d", "conv2d", "conv3d", "convolution", "linear"})
 
@@ -55,22 +55,12 @@ def exact(d: Domain, lo: float | None, hi: float | None) -> bool:
     return code(d, lo, -math.inf) <= d.qmin and code(d, hi, math.inf) >= d.qmax
 
 
-@lru_cache(maxsize=1)
-def fuses_by_narrowing() -> bool:
-    """Does the installed ExecuTorch fuse a relu by rewriting qmin := zp
-    (regardless of zp)? Probed from the pass itself, not from a version list."""
-    try:
-        from executorch.backends.arm._passes import fuse_quantized_activation_pass as m
-    except ImportError:
-        return False
-    return hasattr(m.FuseQuantizedActivationPass, "_set_quant_qmin_to_zp") or hasattr(m, "_set_quant_qmin_to_zp")
-
-
-def would_fuse(name: str, d: Domain, lo: float | None, hi: float | None) -> bool:
-    """The installed FuseQuantizedActivationPass's own criterion. Its
-    ``quantize_value`` saturates to [qmin, qmax], so a hardtanh/relu6 whose
-    upper bound lies at or beyond the top of the range counts as reaching qmax."""
-    if not fuses_by_narrowing():
+def would_fuse(fusion: Fusion, name: str, d: Domain, lo: float | None, hi: float | None) -> bool:
+    """Does a target with this fusion rule drop the clamp? A narrowing fuser
+    (the Arm FuseQuantizedActivationPass) saturates the bound with
+    ``quantize_value``, so a hardtanh/relu6 whose upper bound lies at or beyond
+    the top of the range counts as reaching qmax; clamp is never fused."""
+    if fusion is not Fusion.NARROW_QMIN:
         return exact(d, lo, hi)
     if name in ("relu", "relu_"):
         return True
@@ -94,41 +84,16 @@ def fuseable_domain(name: str, q: Domain, lo: float | None, hi: float | None) ->
     return Domain.quantized(q.dtype, hi / (q.qmax - q.qmin), q.qmin, q.qmin, q.qmax)
 
 
-@lru_cache(maxsize=1)
-def conv_reads_activation_domain() -> bool:
-    """Does the installed RewriteConvPass take a conv's output domain from a
-    direct clamp / view_copy user when the conv has none (the seed 001 fix)?"""
-    try:
-        from executorch.backends.arm._passes.rewrite_conv_pass import RewriteConvPass
-    except ImportError:
-        return False
-    return hasattr(RewriteConvPass, "_get_effective_output_qparams")
-
-
-def left_without_domain(prod: fx.Node, activation: str) -> str:
-    """What the installed Arm backend does with a producer whose output domain
-    only its (unfused) activation records."""
+def left_without_domain(prod: fx.Node, activation: str, target: Target) -> str:
+    """What lowering does with a producer whose output domain only its
+    (unfused) activation records."""
     from qflow.integrations.fx import target_name
 
-    producer = prod.name
-    if not conv_reads_activation_domain():
-        return (
-            f"RewriteConvPass reads {producer}'s own output_qparams and fails with 'No output quantization "
-            "parameter found' (seed 001, executorch ≤ 1.2)"
-        )
-    if base_name(target_name(prod)) == "linear":
-        return (
-            f"the installed RewriteConvPass reads the domain from a clamp only when it is the conv's direct "
-            f"user, but DecomposeLinearPass turns {producer} into view → conv2d → view, so the conv's user is "
-            "a view without output_qparams and lowering fails with 'No output quantization parameter found' "
-            "(seed 001, still in executorch 1.5.1 for linear producers; a TOSA INT-only partitioner rejects "
-            "the island instead and it runs on the CPU)"
-        )
-    return (
-        f"the installed RewriteConvPass rescales {producer} into {activation}'s domain and the clamp stays "
-        "explicit (exact); a TOSA INT-only partitioner rejects the island instead and it runs on the CPU; "
-        "executorch ≤ 1.2 fails in RewriteConvPass (seed 001)"
-    )
+    if target.name == "arm-tosa" or "arm-tosa" in target.members:
+        from qflow.targets.arm.passes import left_without_domain as arm
+
+        return "on arm-tosa, " + arm(prod.name, base_name(target_name(prod)), activation)
+    return f"a backend that needs {prod.name}'s own output domain cannot lower it"
 
 
 def domain_through(node: fx.Node) -> tuple[fx.Node, Domain] | None:
@@ -158,7 +123,7 @@ def domain_through(node: fx.Node) -> tuple[fx.Node, Domain] | None:
     return None
 
 
-def note_inferred(dg: DomainGraph, producer: fx.Node, activation: fx.Node, d: Domain) -> None:
+def note_inferred(dg: DomainGraph, producer: fx.Node, activation: fx.Node, d: Domain, target: Target) -> None:
     """A warning that the producer's domain was inferred through its activation."""
     dg.oblige(
         Obligation(
@@ -175,42 +140,51 @@ def note_inferred(dg: DomainGraph, producer: fx.Node, activation: fx.Node, d: Do
                 f"{activation.name} (an activation left unfused). qflow infers {d} (the activation's domain over "
                 f"the full code range: the rescale saturates to the dtype, the clamp enforces the bounds). Passes "
                 f"that need {producer.name}'s own output domain: RewriteConvPass (conv / decomposed linear). "
-                f"Here: {left_without_domain(producer, activation.name)}."
+                f"Here: {left_without_domain(producer, activation.name, target)}."
             ),
         )
     )
 
 
-def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str) -> None:
+def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str, target: Target) -> None:
     """Add the fuseability obligation for activation `node` feeding a quantize in `q`."""
+    from qflow import targets as registry
     from qflow.integrations.fx import target_name
 
     b = bounds(node)
     prod = node.args[0] if node.args else None
     if b is None or not isinstance(prod, fx.Node) or prod.op != "call_function":
         return
-    if base_name(target_name(prod)) not in _PRODUCERS or len(prod.users) != 1 or q.per_channel:
+    if base_name(target_name(prod)) not in target.fusion_producers or len(prod.users) != 1 or q.per_channel:
         return
     name = base_name(target_name(node))
     lo, hi = b
     if exact(q, lo, hi):
         return
-    fused = would_fuse(name, q, lo, hi)
+    members = [registry.get(m) for m in target.members] or [target]
+    narrowing = [t.name for t in members if would_fuse(t.fusion, name, q, lo, hi) and t.fusion is Fusion.NARROW_QMIN]
+    clamping = [t.name for t in members if t.fusion is Fusion.CODE_CLAMP]
+    fused = bool(narrowing)
     clo, chi = code(q, lo, -math.inf), code(q, hi, math.inf)
+    lo_s = "-inf" if lo is None else f"{lo:g}"
+    hi_s = "inf" if hi is None else f"{hi:g}"
     numbers = (
-        f"{node.name} ({name}, bounds [{lo}, {hi}]) after {prod.name}: the bounds quantize to codes "
-        f"[{clo}, {chi}] in {q} (zp={q.zero_point}, qmin={q.qmin}, qmax={q.qmax}), inside the code range"
+        f"{node.name} ({name}, real bounds [{lo_s}, {hi_s}] = codes [{clo:g}, {chi:g}]) after {prod.name}: in "
+        f"{q} (zp={q.zero_point}, qmin={q.qmin}, qmax={q.qmax}) the bounds cut inside the code range"
     )
+    elsewhere = f" ({', '.join(clamping)} clamps in code space: exact there)" if clamping else ""
     if fused:
         detail = (
-            f"{numbers}, so it is not fuseable. The installed ExecuTorch fuses it anyway by narrowing qmin "
-            f"to {q.zero_point}; nothing enforces the narrowed range after {prod.name}'s rescale, so values "
-            f"below {lo} leak through."
+            f"{numbers}, so it is not fuseable. On {', '.join(narrowing)} it is fused anyway by narrowing "
+            f"qmin to {q.zero_point} (ExecuTorch Arm FuseQuantizedActivationPass); nothing enforces the "
+            f"narrowed range after {prod.name}'s rescale, so values below {lo_s} leak through{elsewhere}."
         )
+    elif clamping and len(clamping) == len(members):
+        return  # every target clamps in code space: exact
     else:  # no quantize between producer and activation: the producer has no domain of its own
         detail = (
             f"{numbers}, so it is not fuseable and stays an explicit clamp, leaving {prod.name} without an "
-            f"output domain of its own: {left_without_domain(prod, node.name)}."
+            f"output domain of its own: {left_without_domain(prod, node.name, target)}."
         )
     dg.oblige(
         Obligation(
@@ -225,5 +199,6 @@ def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str) -> None:
             severity=None if fused else "warning",
             detail=detail,
             fix_domain=fuseable_domain(name, q, lo, hi),
+            targets=tuple(narrowing) if target.members else (),
         )
     )

@@ -20,6 +20,8 @@ from qflow.graph import Definition, DefKind, DomainGraph, Obligation, Obligation
 from qflow.integrations.fx import dtype_name, target_name
 from qflow.ops import OpClass, base_name, classify
 from qflow.solvers.prove import _UnionFind
+from qflow.targets import OpRule, Target
+from qflow.targets import get as get_target
 
 KEY = "quantization_annotation"
 _SYMMETRIC = {torch.per_tensor_symmetric, torch.per_channel_symmetric}
@@ -54,9 +56,10 @@ def _range(qs: Any) -> tuple[int, int]:
 
 
 class AnnotatedAdapter:
-    def __init__(self, gm: fx.GraphModule) -> None:
+    def __init__(self, gm: fx.GraphModule, target: Target | None = None) -> None:
         self.gm = gm
-        self.dg = DomainGraph(form="annotated")
+        self.target = target or get_target(None)
+        self.dg = DomainGraph(form="annotated", target=self.target.name)
         self.uf = _UnionFind()
         self.spec: dict[tuple[str, ...], Any] = {}
 
@@ -127,7 +130,13 @@ class AnnotatedAdapter:
     def _obligations(self, n: fx.Node, a: Any) -> None:
         cls = classify(target_name(n)) if n.op == "call_function" else OpClass.UNKNOWN
         out = n.name if self.out_key(n) in self._keys() else None
-        if cls is OpClass.PASSTHROUGH and out is not None:
+        rule = self.target.rule(base_name(target_name(n))) if n.op == "call_function" else None
+        # ops the target lowers as code copies (or with zero points only) need
+        # their output in their input's observer group, for every calibration
+        kind = {OpRule.CODE_COPY: "passthrough-domain-change", OpRule.ZP_ONLY: "dropped-scale"}.get(rule)  # type: ignore[arg-type]
+        if cls is OpClass.PASSTHROUGH and rule is None:
+            kind = "passthrough-domain-change"
+        if kind is not None and out is not None:
             for p in a.input_qspec_map:
                 edge_value = f"{p.name}->{n.name}"
                 if edge_value in self.dg.g:
@@ -140,7 +149,7 @@ class AnnotatedAdapter:
                             other=n.name,
                             edge=(p.name, n.name),
                             arg=p.name,
-                            finding_kind="passthrough-domain-change",
+                            finding_kind=kind,
                         )
                     )
         if cls is OpClass.CONSTANT and out is not None and n.kwargs:
@@ -232,5 +241,5 @@ def prepare_accepts_kwargs() -> bool:
     return (major, minor) >= (0, 16)
 
 
-def build(gm: fx.GraphModule) -> DomainGraph:
-    return AnnotatedAdapter(gm).build()
+def build(gm: fx.GraphModule, target: Target | None = None) -> DomainGraph:
+    return AnnotatedAdapter(gm, target).build()

@@ -281,5 +281,17 @@ def boundary_outputs(lowered: Any, backend: list[str] | None = None, folded_ep: 
     return result
 
 
+def add_artifact_evidence(dg: Any, gm: fx.GraphModule, call: fx.Node, lowered: Any, prefix: str) -> None:
+    """The "TOSA artifact" evidence: the delegate's flatbuffer checked by TOSA
+    semantics against the domains the program declares (Arm TOSA / VGF only)."""
+    if getattr(lowered, "backend_id", None) not in ("TOSABackend", "VgfBackend"):
+        return
+    from qflow.targets.arm import tosa_artifact
+
+    checks = tosa_artifact.check_delegate(gm, call, lowered)
+    if checks is not None:
+        tosa_artifact.add_evidence(dg, prefix, call.name, checks)
+
+
 def byte_factor(declared: str, produced: str) -> float:
     return ITEMSIZE.get(declared, 1) / ITEMSIZE.get(produced, 1)

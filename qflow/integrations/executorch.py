@@ -24,13 +24,19 @@ from qflow.report.model import Report
 class QflowPass(PassBase):
     """A graph pass: "check" raises ProofError unless every obligation is
     proved; "repair" inserts the minimal requants in place, re-proves, and
-    raises ProofError if the result still does not prove."""
+    raises ProofError if the result still does not prove.
 
-    def __init__(self, mode: str = "check", objective: str = "count") -> None:
+    `target` is the backend the program is about to be lowered to: a target
+    name, or the partitioner object itself (its backend's target); None checks
+    against every shipped target."""
+
+    def __init__(self, mode: str = "check", objective: str = "count", target: Any = None) -> None:
         super().__init__()
         if mode not in ("check", "repair"):
             raise ValueError("mode must be 'check' or 'repair'")
-        self.mode, self.objective = mode, objective
+        from qflow import targets
+
+        self.mode, self.objective, self.target = mode, objective, targets.get(target)
         self.reports: list[Report] = []
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
@@ -38,30 +44,30 @@ class QflowPass(PassBase):
         from qflow.integrations.rewrite import apply_plan
         from qflow.solvers.repair import plan_repair
 
-        report = analyze(graph_module)
+        report = analyze(graph_module, target=self.target)
         self.reports.append(report)
         if report.proved:
             return PassResult(graph_module, False)
         if self.mode == "check":
             raise ProofError(report)
-        plan = plan_repair(domain_graph(graph_module), self.objective)
+        plan = plan_repair(domain_graph(graph_module, target=self.target), self.objective)
         apply_plan(graph_module, plan)
-        after = analyze(graph_module)
+        after = analyze(graph_module, target=self.target)
         self.reports.append(after)
         if not after.proved:
             raise ProofError(after)
         return PassResult(graph_module, not plan.empty)
 
 
-def check_program(program: Any, repair: bool = False) -> Any:
+def check_program(program: Any, repair: bool = False, target: Any = None) -> Any:
     """Prove `program` (GraphModule / ExportedProgram / EdgeProgramManager) and
     return it — repaired (a copy) when `repair` is set — or raise ProofError."""
     from qflow.api import analyze
     from qflow.api import repair as repair_program
 
     if repair:
-        return repair_program(program)
-    report = analyze(program)
+        return repair_program(program, target=target)
+    report = analyze(program, target=target)
     if not report.proved:
         raise ProofError(report)
     return program

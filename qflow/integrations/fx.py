@@ -35,6 +35,9 @@ from qflow.graph import (
 )
 from qflow.integrations import activations, delegate
 from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify
+from qflow.targets import OpRule, Target
+from qflow.targets import get as get_target
+from qflow.targets.contract import STRICTNESS
 
 FORMS = ("qdq", "folded", "lowered")
 
@@ -162,6 +165,14 @@ def qdq_domain(node: fx.Node, consts: _Consts) -> Domain:
             "(input, scale, zero_point, " + ("axis, " if per_channel else "") + "qmin, qmax, dtype)",
             node.name,
         )
+    if not per_channel and isinstance(args[1], fx.Node) and consts.tensor(args[1]) is None:
+        # dynamic quantization: qparams computed at run time (choose_qparams);
+        # the run-time tensors stand for their value, so a Q and a DQ that read
+        # the same ones share a domain, and any other pairing is not proved
+        if len(args) < 6:
+            raise InputError(f"{target_name(node)} has {len(args)} arguments, expected 6", node.name)
+        zp = args[2].name if isinstance(args[2], fx.Node) else str(args[2])
+        return Domain.run_time(dtype_name(args[5]), f"{args[1].name}, {zp}", int(args[3]), int(args[4]))
     try:
         if per_channel:
             if isinstance(args[1], fx.Node) and consts.tensor(args[1]) is None:
@@ -206,12 +217,13 @@ def _label(i: int, j: int | None) -> str:
 
 
 class FxAdapter:
-    def __init__(self, gm: fx.GraphModule, ep: Any | None, form: str) -> None:
+    def __init__(self, gm: fx.GraphModule, ep: Any | None, form: str, target: Target | None = None) -> None:
         if form not in FORMS:
             raise InputError(f"unknown form {form!r}; expected one of {FORMS}")
         self.gm, self.ep, self.form = gm, ep, form
+        self.target = target or get_target(None)
         self.consts = _Consts(gm, ep)
-        self.dg = DomainGraph(form=form)
+        self.dg = DomainGraph(form=form, target=self.target.name)
         self.delegates: dict[str, tuple[Any, list[delegate.BoundaryOutput]]] = {}
 
     # -- classification ---------------------------------------------------------
@@ -219,6 +231,38 @@ class FxAdapter:
         if node.op == "call_function":
             return classify(target_name(node))
         return OpClass.UNKNOWN
+
+    def _rules(self, node: fx.Node) -> dict[str, OpRule | None]:
+        """Each (member) target's rule for a domain change across `node`; None
+        where the op keeps its PT2E meaning. A backend that lowers only the nodes
+        its quantizer marked leaves an unmarked one on the CPU, in float."""
+        if node.op != "call_function":
+            return {}
+        from qflow import targets
+
+        op = base_name(target_name(node))
+        out: dict[str, OpRule | None] = {}
+        for t in [targets.get(m) for m in self.target.members] or [self.target]:
+            r = t.rule(op)
+            if r is not None and t.lowers_only_marked is not None:
+                key, fld = t.lowers_only_marked
+                info = (node.meta.get("custom") or {}).get(key)
+                if not (info and info.get(fld)):
+                    r = OpRule.CPU_FLOAT
+            out[t.name] = r
+        return out
+
+    def _rule(self, node: fx.Node) -> OpRule | None:
+        """The strictest rule any target applies to `node` (None: its PT2E meaning)."""
+        rules = [r for r in self._rules(node).values() if r is not None]
+        return max(rules, key=STRICTNESS.index) if rules else None
+
+    def _copies_codes(self, node: fx.Node) -> bool:
+        """Does the target lower `node` as a copy of its input's codes?"""
+        rule = self._rule(node)
+        if rule is not None:
+            return rule is OpRule.CODE_COPY
+        return self._op_class(node) in (OpClass.PASSTHROUGH, OpClass.UNKNOWN)
 
     def _domain_free(self, node: fx.Node) -> bool:
         """Index, mask and shape tensors carry no quantization domain."""
@@ -344,24 +388,78 @@ class FxAdapter:
         # the identity (the fold pass leaves such Q nodes at partition outputs).
         self._use(x, node, "args[0]", d, None, allow_real=True)
         if self.form == "qdq" and len(x.users) == 1 and base_name(target_name(node)) == "quantize_per_tensor":
-            activations.check(x, d, self.dg, node.name)
+            activations.check(x, d, self.dg, node.name, self.target)
         xv = self.dg.value(x.name) if x.name in self.dg.g else None
-        # (an activation may pair with a rescale: a clamp then a requant is a
-        # legal lowering, and backends that cannot do it leave it on the CPU)
-        if xv is not None and xv.op_class in (OpClass.PASSTHROUGH, OpClass.UNKNOWN) and xv.definition != float_fact():
-            if xv.claim is None and not self._skip_use(x):
-                self.dg.oblige(
-                    Obligation(
-                        kind=ObligationKind.NO_FOLD_CHANGE,
-                        node=x.name,
-                        value=x.name,
-                        expected=d,
-                        edge=(x.name, node.name),
-                        arg=node.name,
-                        allow_float=True,
-                        finding_kind="requant-after-passthrough",
-                    )
+        if xv is None or xv.claim is not None or self._skip_use(x):
+            return
+        # A clamp then a requant is a legal lowering on a target that rescales
+        # across activations; on one that copies codes (Arm) the requant is lost.
+        if (xv.op_class is OpClass.UNKNOWN or self._copies_codes(x)) and xv.definition != float_fact():
+            self.dg.oblige(
+                Obligation(
+                    kind=ObligationKind.NO_FOLD_CHANGE,
+                    node=x.name,
+                    value=x.name,
+                    expected=d,
+                    edge=(x.name, node.name),
+                    arg=node.name,
+                    allow_float=True,
+                    finding_kind=(
+                        "requant-across-activation"
+                        if xv.op_class is OpClass.ACTIVATION
+                        else "requant-after-passthrough"
+                    ),
+                    targets=self._breaking(x, OpRule.CODE_COPY),
                 )
+            )
+        elif self._rule(x) is OpRule.ZP_ONLY:
+            self._zp_only(x, self._input_domain(x), d, node.name)
+
+    def _breaking(self, node: fx.Node, rule: OpRule) -> tuple[str, ...]:
+        """The member targets of a combined (generic) target whose rule for
+        `node` is `rule`: where the obligation breaks. Empty: every target."""
+        if not self.target.members:
+            return ()
+        return tuple(t for t, r in self._rules(node).items() if r is rule)
+
+    def _input_domain(self, node: fx.Node) -> Domain | None:
+        """The integer grid `node`'s first tensor input is on (a DQ's domain), if known."""
+        a = node.args[0] if node.args else None
+        if not isinstance(a, fx.Node) or a.name not in self.dg.g:
+            return None
+        d = self.dg.value(a.name).definition
+        if d.kind is DefKind.FACT and d.domain is not None and not d.domain.is_float:
+            return d.domain
+        return None
+
+    def _zp_only(self, node: fx.Node, d_in: Domain | None, d_out: Domain, q_name: str | None) -> None:
+        """A target that lowers `node` with zero points only (TOSA NEGATE) keeps
+        the input's scale: the output domain must have it too."""
+        if d_in is None or d_in.per_channel or d_out.per_channel:
+            return
+        holds = d_in.scale == d_out.scale and d_in.dtype == d_out.dtype
+        where = self._breaking(node, OpRule.ZP_ONLY)
+        on = ", ".join(where) if where else self.target.name
+        op = base_name(target_name(node))
+        self.dg.oblige(
+            Obligation(
+                kind=ObligationKind.STRUCTURAL,
+                node=node.name,
+                value=node.name,
+                expected=d_out,
+                edge=(node.name, q_name) if q_name else None,
+                finding_kind="dropped-scale",
+                holds=holds,
+                targets=where,
+                detail=(
+                    f"{node.name} ({op}) reads codes in {d_in} and its output is declared in {d_out}. "
+                    f"On {on} {op} is lowered with the two zero points only and no rescale, so the scale "
+                    f"{d_in.scale:.6g} is kept and the declared {d_out.scale:.6g} is silently dropped: every "
+                    f"output value is off by the factor {d_in.scale / d_out.scale:.4g}."
+                ),
+                fix_domain=Domain.quantized(d_out.dtype, d_in.scale, d_out.zero_point, d_out.qmin, d_out.qmax),
+            )
+        )
 
     def _add_dequantize(self, node: fx.Node) -> None:
         d = qdq_domain(node, self.consts)
@@ -426,7 +524,9 @@ class FxAdapter:
         )
 
     def _add_qdq_op(self, node: fx.Node, cls: OpClass) -> None:
-        if cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION):
+        if cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION) or (
+            cls is OpClass.COMPUTE and self._rule(node) is OpRule.CODE_COPY
+        ):
             self._add_identity(node, cls, None)
             for i, j, a in _tensor_args(node):
                 if a.name in self.dg.g:
@@ -467,9 +567,12 @@ class FxAdapter:
         declared = {int(k): quant_args_domain(v, node) for k, v in iq.items()}
         out = quant_args_domain(oq[min(oq)], node) if oq else None
         quantized = bool(declared) or out is not None
-        if cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION):
+        rule = self._rule(node)
+        if cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION) or (cls is OpClass.COMPUTE and rule is OpRule.CODE_COPY):
             self._add_identity(node, cls, out)
         elif cls is OpClass.COMPUTE:
+            if rule is OpRule.ZP_ONLY and out is not None and 0 in declared:
+                self._zp_only(node, declared[0], out, None)
             if out is not None and out.narrowed:
                 self._add_narrowed(node, cls, out)
             elif out is not None:
@@ -477,7 +580,7 @@ class FxAdapter:
             elif declared and (through := activations.domain_through(node)) is not None:
                 act, inferred = through  # seed 001's shape: the activation records the domain
                 d = Definition(DefKind.FACT, inferred, real=False)
-                activations.note_inferred(self.dg, node, act, inferred)
+                activations.note_inferred(self.dg, node, act, inferred, self.target)
             elif declared:
                 d = Definition(
                     DefKind.FREE,
@@ -522,7 +625,11 @@ class FxAdapter:
         self.delegates[node.name] = (lowered, outs)
         # the partition's own program, as handed to the backend (Q/DQ intact)
         part = lowered.original_module
-        sub = FxAdapter(part.graph_module, part, "qdq").build()
+        # read by its own backend's contract: the delegate names its target
+        from qflow import targets
+
+        own = targets.for_backend(str(getattr(lowered, "backend_id", ""))) or self.target
+        sub = FxAdapter(part.graph_module, part, "qdq", own).build()
         prefix = str(node.args[0].name)  # type: ignore[union-attr]
         self.dg.absorb(sub, prefix)
         self._value(node, OpClass.DELEGATE, Definition(DefKind.FREE, reason="delegate call (a tuple)"))
@@ -539,6 +646,7 @@ class FxAdapter:
         for b, arg in zip(ins, fed, strict=True):
             if isinstance(arg, fx.Node):
                 self._add_delegate_input(node, prefix, b, arg, sub)
+        delegate.add_artifact_evidence(self.dg, self.gm, node, lowered, prefix)
 
     def _add_delegate_input(
         self, call: fx.Node, prefix: str, b: delegate.BoundaryInput, arg: fx.Node, sub: DomainGraph
@@ -668,6 +776,9 @@ class FxAdapter:
 
 
 @paused_gc()
-def build(gm: fx.GraphModule, ep: Any | None = None, form: str | None = None) -> DomainGraph:
-    """The domain graph of an FX graph module (optionally with its ExportedProgram)."""
-    return FxAdapter(gm, ep, form or detect_form(gm)).build()
+def build(
+    gm: fx.GraphModule, ep: Any | None = None, form: str | None = None, target: Target | str | None = None
+) -> DomainGraph:
+    """The domain graph of an FX graph module (optionally with its ExportedProgram),
+    read by `target`'s contract (None: the generic target)."""
+    return FxAdapter(gm, ep, form or detect_form(gm), get_target(target)).build()

@@ -31,11 +31,13 @@ def graph_module_of(obj: Any) -> tuple[fx.GraphModule, Any | None]:
 
 
 def _register_quant_ops() -> None:
-    """The quantized_decomposed ops must exist before a Q/DQ program deserializes."""
+    """The quantized_decomposed ops must exist before a Q/DQ program deserializes.
+    torch defines them (torchao reuses torch's library), so reading a program needs
+    none of torchao: its import costs a second and prints native-library noise."""
     try:
-        import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401
-    except ImportError:  # torch's own copy of the op library
         import torch.ao.quantization.fx._decomposed  # noqa: F401
+    except ImportError:  # a torch that no longer ships it: torchao's copy
+        import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401
 
 
 def load_program(path: str | Path) -> torch.export.ExportedProgram:
@@ -43,11 +45,20 @@ def load_program(path: str | Path) -> torch.export.ExportedProgram:
     from its JSON serialization and tensors with the weights-only unpickler,
     so no arbitrary pickle in the file is executed."""
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{p}: is a directory, not a .pt2 program")
     if not p.is_file():
         raise InputError(f"{p}: no such file")
     try:
         import zipfile
 
+        with open(p, "rb") as f:
+            head = f.read(8)
+        if p.suffix == ".pte" or head[4:6] == b"ET":
+            raise InputError(
+                f"{p}: an ExecuTorch program (.pte): `qflow check` / qflow.analyze read it as shipped; "
+                "repair and --arm need the exported program (.pt2)"
+            )
         if not zipfile.is_zipfile(p):
             raise InputError(f"{p}: not a .pt2 archive (torch.export.save writes a zip file)")
         _register_quant_ops()
@@ -56,3 +67,34 @@ def load_program(path: str | Path) -> torch.export.ExportedProgram:
         raise
     except Exception as e:  # torch raises many kinds on a corrupt archive
         raise InputError(f"{p}: cannot load the exported program: {type(e).__name__}: {e}") from e
+
+
+def form_mismatch(gm: fx.GraphModule, form: str | None) -> str | None:
+    """Why reading `gm` in the IR form `form` would contradict what the graph holds, or None.
+
+    An override reads the same nodes under other rules; on a graph of another form
+    it would prove what the backend miscomputes (seed 000 read as `lowered` runs its
+    requant on the CPU in float; read as `folded` it has no qparams at all), so a
+    form the graph does not have is refused instead: a flag never makes a proof."""
+    if form is None:
+        return None
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    qdq = any("quantize_per_" in str(getattr(n.target, "__name__", n.target)) for n in calls)
+    qparams = any("input_qparams" in n.meta or "output_qparams" in n.meta for n in gm.graph.nodes)
+    delegate = any("executorch_call_delegate" in str(getattr(n.target, "__name__", n.target)) for n in calls)
+    edge = any("EdgeOpOverload" in type(n.target).__name__ for n in calls)
+    if form == "folded" and not qparams:
+        return (
+            "--form folded: no node carries the Arm fold pass's input_qparams/output_qparams (a .pt2 file "
+            "cannot: torch.export.save drops them), so there is no folded graph to read; "
+            "to check the folded partitions, lower it with --arm TOSA_SPEC"
+        )
+    if form == "lowered" and not (delegate or edge):
+        return (
+            "--form lowered: the graph calls no delegate and is not in the edge dialect, so it is not the "
+            "output of to_edge_transform_and_lower; read as lowered, its quantized ops would run on the "
+            "CPU in float and hide what the backend computes"
+        )
+    if form == "qdq" and qparams and not qdq:
+        return "--form qdq: the graph has no quantize/dequantize node; its domains are Arm qparams (folded form)"
+    return None

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from qflow.report.model import SEVERITIES, Report
+from qflow.report.model import SEVERITIES, Finding, Report
 
 SCHEMA = "qflow.observe/1"
 _UNKNOWN_OP_RE = re.compile(r"unknown op ([\w.:]+)")
@@ -59,6 +59,11 @@ class Program:
         if self.error is not None:
             out["error"] = self.error
         return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Program:
+        report = report_from_json(d["report"]) if "report" in d else None
+        return cls(d["kind"], d["name"], float(d["seconds"]), report, d.get("error"))
 
 
 @dataclass
@@ -89,6 +94,27 @@ class TestRecord:
             "programs": [p.to_json() for p in self.programs],
             "notes": list(self.notes),
         }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TestRecord:
+        """The record a pytest-xdist worker sent (the inverse of `to_json`)."""
+        programs = [Program.from_json(p) for p in d["programs"]]
+        return cls(d["test"], programs, list(d.get("notes", [])), d.get("outcome", ""))
+
+
+def report_from_json(d: dict[str, Any]) -> Report:
+    """A `qflow.report/1` document back as a Report (everything but the per-value
+    `domains`, which the JSON does not carry): how reports cross from pytest-xdist
+    workers to the controller."""
+    return Report(
+        proved=bool(d["proved"]),
+        findings=[Finding(**f) for f in d.get("findings", [])],
+        obligations=dict(d.get("obligations", {})),
+        form=d.get("form", "unknown"),
+        name=d.get("name", ""),
+        notes=list(d.get("notes", [])),
+        stats=dict(d.get("stats", {})),
+    )
 
 
 def unknown_ops(report: Report) -> set[str]:
@@ -147,8 +173,10 @@ def summarize(tests: list[TestRecord]) -> dict[str, Any]:
 class Observer:
     """Installs the lowering hooks around one test at a time and proves what they catch."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bool = True) -> None:
+        #: every record so far, when `keep` (the pytest plugin sends each record away instead)
         self.tests: list[TestRecord] = []
+        self._keep = keep
         self._depth = 0  # to_edge_transform_and_lower calls to_backend: prove the outermost only
 
     @contextlib.contextmanager
@@ -158,7 +186,8 @@ class Observer:
         Partitions are proved when the block ends (they are deep copies, so
         nothing the test does afterwards changes them)."""
         rec = TestRecord(nodeid)
-        self.tests.append(rec)
+        if self._keep:
+            self.tests.append(rec)
         sinks: list[list[Any]] = []
         try:
             with contextlib.ExitStack() as stack:

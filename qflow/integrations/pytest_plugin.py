@@ -13,6 +13,17 @@ the test unless `--qflow-strict` asks for it.
 tests: one JSON per test under DIR/observed/ plus DIR/qflow-observe.json with
 the session totals), and the session's reports as one SARIF file and one
 JUnit file.
+
+`--qflow-check PATH` turns a model zoo into a test suite: every program file
+under PATH (`.pt2`; more suffixes with `register_loader`) is one test item that
+fails unless the program proves, so `-n auto` spreads a zoo over cores.
+
+pytest-xdist: what a test observed or proved travels on its own call-phase
+`TestReport` (the `qflow` attribute, a JSON string: pytest serializes a
+report's extra attributes to the controller). The controller — the only
+process in a serial run — collects them in `pytest_runtest_logreport` and
+alone writes every file and the summary, so `-n auto`, `--tx ssh=...` hosts
+and a serial run produce the same reports. Workers write nothing.
 """
 
 from __future__ import annotations
@@ -30,9 +41,10 @@ from qflow.report.model import Report
 if TYPE_CHECKING:  # the observer is imported only when observing
     from qflow.integrations.observe import Observer, TestRecord
 
-_REPORTS_KEY = pytest.StashKey[list[Report]]()
+
 _OBSERVER_KEY: pytest.StashKey[Observer] = pytest.StashKey()
 _RECORD_KEY: pytest.StashKey[TestRecord] = pytest.StashKey()
+_PROVED_KEY = pytest.StashKey[list[Report]]()  # this item's qflow_prove reports, not yet sent
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -50,6 +62,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="prove every program ExecuTorch lowers during each test (also on with an explicit -p qflow)",
     )
     group.addoption(
+        "--qflow-check",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="collect every program file (.pt2) under PATH (a directory or a file) as one test each; repeatable",
+    )
+    group.addoption(
         "--qflow-strict",
         action="store_true",
         default=False,
@@ -63,12 +82,90 @@ def _explicitly_loaded(config: pytest.Config) -> bool:
     return "-pqflow" in args or any(a == "-p" and b == "qflow" for a, b in zip(args, args[1:], strict=False))
 
 
+def _is_worker(config: pytest.Config) -> bool:
+    """A pytest-xdist worker: it sends its results to the controller and writes nothing."""
+    return hasattr(config, "workerinput")
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[_REPORTS_KEY] = []
     if config.getoption("--qflow-observe", default=False) or _explicitly_loaded(config):
         from qflow.integrations.observe import Observer
 
-        config.stash[_OBSERVER_KEY] = Observer()
+        config.stash[_OBSERVER_KEY] = Observer(keep=False)
+    if not _is_worker(config):
+        config.pluginmanager.register(_Controller(config), "qflow-controller")
+    checks = [str(p) for p in config.getoption("--qflow-check", default=[])]
+    if checks:
+        # the zoo is what this run collects: its paths replace the default ones (testpaths, the
+        # cwd) and join any given on the command line
+        explicit = config.args_source is pytest.Config.ArgsSource.ARGS
+        config.args[:] = [*(config.args if explicit else []), *(c for c in checks if c not in config.args)]
+
+
+# -- a model zoo as a test suite (--qflow-check) ------------------------------------------
+
+#: Loader = Callable[[Path], Report]: proves one program file; see `register_loader`.
+Loader = Callable[[Path], Report]
+
+
+def _check_pt2(path: Path) -> Report:
+    from qflow.api import analyze
+
+    return analyze(path, name=path.name)
+
+
+#: file suffix → the function that proves a program file of that kind
+LOADERS: dict[str, Loader] = {".pt2": _check_pt2}
+
+
+def register_loader(suffix: str, loader: Loader) -> None:
+    """Teach `--qflow-check` another program file kind, e.g. `register_loader(".pte", check_pte)`:
+    `loader(path)` returns the file's Report (raise `qflow.InputError` on a bad file)."""
+    LOADERS[suffix if suffix.startswith(".") else "." + suffix] = loader
+
+
+def _under(path: Path, roots: list[Path]) -> bool:
+    return any(path == r or r in path.parents for r in roots)
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    checks = parent.config.getoption("--qflow-check", default=[])
+    if not checks or file_path.suffix not in LOADERS:
+        return None
+    if not _under(file_path.resolve(), [Path(c).resolve() for c in checks]):
+        return None
+    return ProgramFile.from_parent(parent, path=file_path)
+
+
+class ProgramFile(pytest.File):
+    """One program file: one item."""
+
+    def collect(self) -> list[pytest.Item]:
+        return [ProgramItem.from_parent(self, name=self.path.name)]
+
+
+class ProgramItem(pytest.Item):
+    """Proves one program file; fails with the rendered report unless it proves
+    (the CLI's default `--fail-on warning`)."""
+
+    def runtest(self) -> None:
+        from qflow.cli import fails
+        from qflow.errors import InputError
+
+        try:
+            report = LOADERS[self.path.suffix](self.path)
+        except InputError as e:
+            pytest.fail(f"qflow: bad input: {e}", pytrace=False)
+        try:  # unique across the zoo: the per-program JSON is named after it
+            report.name = self.path.relative_to(self.config.rootpath).as_posix()
+        except ValueError:
+            report.name = str(self.path)
+        self.stash.setdefault(_PROVED_KEY, []).append(report)
+        if fails(report, "warning"):
+            pytest.fail(f"qflow could not prove {report.name}:\n{report}", pytrace=False)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"qflow check {self.path.name}"
 
 
 @pytest.fixture
@@ -80,8 +177,7 @@ def qflow_prove(request: pytest.FixtureRequest) -> Callable[..., Report]:
 
         label = name or request.node.nodeid
         report = analyze(program, form=form, name=label)
-        request.config.stash[_REPORTS_KEY].append(report)
-        _write_one(request.config, report)
+        request.node.stash.setdefault(_PROVED_KEY, []).append(report)
         if not report.proved:
             pytest.fail(f"qflow could not prove {label}:\n{report}", pytrace=False)
         return report
@@ -106,19 +202,22 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
-    """Once the test's outcome is known, its observation record is complete: write it."""
+    """Attach what qflow saw to the test's report: the observation record once the outcome
+    is known (call phase), and the reports of `qflow_prove` calls made so far."""
     report = yield
+    payload: dict[str, Any] = {}
+    proved = item.stash.get(_PROVED_KEY, None)
+    if proved:
+        payload["proved"] = [r.to_json() for r in proved]
+        proved.clear()
     rec = item.stash.get(_RECORD_KEY, None)
     if rec is not None and report.when == "call":
         rec.outcome = report.outcome
         if hasattr(report, "wasxfail"):
             rec.outcome = {"passed": "xpassed", "skipped": "xfailed"}.get(report.outcome, report.outcome)
-        reports = [p.report for p in rec.programs if p.report is not None]
-        item.config.stash[_REPORTS_KEY].extend(reports)
-        d = _report_dir(item.config)
-        if d is not None:
-            (d / "observed").mkdir(exist_ok=True)
-            (d / "observed" / f"{_stem(rec.nodeid)}.json").write_text(json.dumps(rec.to_json(), indent=2))
+        payload["observed"] = rec.to_json()
+    if payload:
+        report.qflow = json.dumps(payload)  # a string: crosses execnet as is
     return report
 
 
@@ -135,50 +234,81 @@ def _stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "program"
 
 
-def _write_one(config: pytest.Config, report: Report) -> None:
-    d = _report_dir(config)
-    if d is None:
-        return
-    (d / f"{_stem(report.name)}.json").write_text(json.dumps(report.to_json(), indent=2))
+class _Controller:
+    """The controller's half (the only process in a serial run): keeps what each test's report
+    carries and writes every file and the summary line. Registered on the controller only."""
 
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.records: list[TestRecord] = []
+        #: (test node id, index within the test, report) of every `qflow_prove` call
+        self.proved: list[tuple[str, int, Report]] = []
+        self.observing = config.stash.get(_OBSERVER_KEY, None) is not None
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """One line of totals (and each error finding) when observing."""
-    observer = config.stash.get(_OBSERVER_KEY, None)
-    if observer is None:
-        return
-    from qflow.integrations.observe import summarize
+    def reports(self) -> list[Report]:
+        """Every checked program's report in a fixed order (test id, then order within the test),
+        so a run's SARIF and JUnit do not depend on which worker finished first."""
+        observed = [(r.nodeid, i, p.report) for r in self.records for i, p in enumerate(r.programs) if p.report]
+        return [r for _, _, r in sorted([*self.proved, *observed], key=lambda t: (t[0], t[1]))]
 
-    s = summarize(observer.tests)
-    ob, fi = s["obligations"], s["findings"]
-    kinds = ", ".join(f"{k} {n}" for k, n in sorted(s["programs_by_kind"].items())) or "none"
-    terminalreporter.write_sep("-", "qflow observe")
-    terminalreporter.write_line(
-        f"qflow: {s['tests_with_programs']}/{s['tests']} tests lowered {s['programs']} programs ({kinds}), "
-        f"{s['proved_programs']} proved; obligations {ob['proved']} proved / {ob['violated']} violated / "
-        f"{ob['unproven']} unproven; findings {fi['error']} error / {fi['warning']} warning / {fi['info']} info; "
-        f"{s['analysis_errors']} analysis errors; {s['qflow_seconds']:.1f} s in qflow"
-    )
-    if s["unknown_ops"]:
-        terminalreporter.write_line("qflow: unknown ops: " + ", ".join(sorted(s["unknown_ops"])))
-    for f in s["error_findings"][:20]:
-        terminalreporter.write_line(f"qflow: ERROR {f['program']} ({f['outcome']}): {f['kind']} at {f['node']}")
-    for e in s["errors"][:20]:
-        terminalreporter.write_line(f"qflow: analysis error {e['program']}: {e['error'][:200]}")
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    d = _report_dir(session.config)
-    observer = session.config.stash.get(_OBSERVER_KEY, None)
-    if d is not None and observer is not None:
+    def summary(self) -> dict[str, Any]:
         from qflow.integrations.observe import summarize
 
-        (d / "qflow-observe.json").write_text(json.dumps(summarize(observer.tests), indent=2))
-    reports = session.config.stash.get(_REPORTS_KEY, [])
-    if d is None or not reports:
-        return
-    from qflow.report.junit import render_junit
-    from qflow.report.sarif import render_sarif
+        return summarize(sorted(self.records, key=lambda r: r.nodeid))
 
-    (d / "qflow.sarif").write_text(json.dumps(render_sarif(reports), indent=2))
-    (d / "qflow-junit.xml").write_text(render_junit(reports))
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        raw = getattr(report, "qflow", None)
+        if not raw:
+            return
+        from qflow.integrations.observe import TestRecord, report_from_json
+
+        payload = json.loads(raw)
+        d = _report_dir(self.config)
+        start = sum(1 for n, _, _ in self.proved if n == report.nodeid)
+        for i, doc in enumerate(payload.get("proved", [])):
+            self.proved.append((report.nodeid, start + i, report_from_json(doc)))
+            if d is not None:
+                (d / f"{_stem(doc.get('name', ''))}.json").write_text(json.dumps(doc, indent=2))
+        if "observed" in payload:
+            doc = payload["observed"]
+            self.records.append(TestRecord.from_json(doc))
+            if d is not None:
+                (d / "observed").mkdir(exist_ok=True)
+                (d / "observed" / f"{_stem(doc['test'])}.json").write_text(json.dumps(doc, indent=2))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """One line of totals (and each error finding) when observing."""
+        if not self.observing:
+            return
+        s = self.summary()
+        ob, fi = s["obligations"], s["findings"]
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(s["programs_by_kind"].items())) or "none"
+        terminalreporter.write_sep("-", "qflow observe")
+        terminalreporter.write_line(
+            f"qflow: {s['tests_with_programs']}/{s['tests']} tests lowered {s['programs']} programs ({kinds}), "
+            f"{s['proved_programs']} proved; obligations {ob['proved']} proved / {ob['violated']} violated / "
+            f"{ob['unproven']} unproven; findings {fi['error']} error / {fi['warning']} warning / "
+            f"{fi['info']} info; {s['analysis_errors']} analysis errors; {s['qflow_seconds']:.1f} s in qflow"
+        )
+        if s["unknown_ops"]:
+            terminalreporter.write_line("qflow: unknown ops: " + ", ".join(sorted(s["unknown_ops"])))
+        for f in s["error_findings"][:20]:
+            terminalreporter.write_line(f"qflow: ERROR {f['program']} ({f['outcome']}): {f['kind']} at {f['node']}")
+        for e in s["errors"][:20]:
+            terminalreporter.write_line(f"qflow: analysis error {e['program']}: {e['error'][:200]}")
+
+    def pytest_sessionfinish(self) -> None:
+        """Every worker is down by now (pytest-xdist's loop ends first): write the merged files."""
+        d = _report_dir(self.config)
+        if d is None:
+            return
+        if self.observing:
+            (d / "qflow-observe.json").write_text(json.dumps(self.summary(), indent=2))
+        reports = self.reports()
+        if not reports:
+            return
+        from qflow.report.junit import render_junit
+        from qflow.report.sarif import render_sarif
+
+        (d / "qflow.sarif").write_text(json.dumps(render_sarif(reports), indent=2))
+        (d / "qflow-junit.xml").write_text(render_junit(reports))

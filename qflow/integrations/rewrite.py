@@ -11,6 +11,7 @@ dequantize/quantize pair. Folded pass-through ops get their claimed
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ from qflow.domain import Domain
 from qflow.errors import InputError
 from qflow.integrations.fx import target_name
 from qflow.ops import OpClass, classify
-from qflow.solvers.repair import Plan, Requant
+from qflow.solvers.repair import DELEGATE_SEP, Plan, Requant
 
 _TORCH_DTYPES = {
     "int4": torch.int8,
@@ -62,23 +63,47 @@ def _set_val(node: fx.Node, like: fx.Node, dtype: torch.dtype) -> None:
             node.meta[key] = like.meta[key]
 
 
-def _insert(gm: fx.GraphModule, ops: dict[str, Any], rq: Requant, nodes: dict[str, fx.Node]) -> None:
-    producer, consumer = nodes.get(rq.edge[0]), nodes.get(rq.edge[1])
-    if producer is None or consumer is None:
-        raise InputError(f"the plan names edge {rq.edge}, which is not in the graph", rq.edge[1])
-    consumer_cls = classify(target_name(consumer)) if consumer.op == "call_function" else OpClass.UNKNOWN
-    consumer_is_q = consumer_cls is OpClass.QUANTIZE
+def _chain(rq: Requant, consumer_cls: OpClass, where: str) -> list[tuple[str, Domain]]:
+    """The quantize / dequantize nodes that carry `rq` out, in order."""
     if consumer_cls is OpClass.DELEGATE and rq.source.is_float:
-        chain = [("q", rq.target)]  # the partition reads codes: quantize on the CPU
-    elif consumer_cls is OpClass.DELEGATE and rq.target.is_float:
-        chain = [("dq", rq.source)]  # the partition reads real numbers: dequantize on the CPU
-    elif rq.source_real and consumer_is_q:
+        return [("q", rq.target)]  # the partition reads codes: quantize on the CPU
+    if consumer_cls is OpClass.DELEGATE and rq.target.is_float:
+        return [("dq", rq.source)]  # the partition reads real numbers: dequantize on the CPU
+    if rq.target.is_float:
+        if rq.source.is_float or rq.source_real:
+            raise InputError(f"the plan converts real numbers into real numbers on edge {rq.edge}", where)
+        return [("dq", rq.source)]  # codes → a consumer of real numbers
+    if rq.source.is_float:  # a float tensor with no grid: quantize it into T
+        return [("q", rq.target)] if rq.target_real is False else [("q", rq.target), ("dq", rq.target)]
+    if rq.source_real and consumer_cls is OpClass.QUANTIZE:
         # real on S → Q(T): materialize S's codes so a dq(S)→q(T) pair remains
-        chain = [("q", rq.source), ("dq", rq.source)]
-    elif rq.source_real:
-        chain = [("q", rq.target), ("dq", rq.target)]  # real on S → real on T's grid
-    else:
-        chain = [("dq", rq.source), ("q", rq.target)]  # codes in S → codes in T
+        return [("q", rq.source), ("dq", rq.source)]
+    if rq.source_real:
+        return [("q", rq.target), ("dq", rq.target)]  # real on S → real on T's grid
+    return [("dq", rq.source), ("q", rq.target)]  # codes in S → codes in T
+
+
+def _node(nodes: dict[str, fx.Node], name: str, what: str) -> fx.Node:
+    """The FX node the plan names; a clear error for one inside a delegate or missing."""
+    n = nodes.get(name)
+    if n is not None:
+        return n
+    if DELEGATE_SEP in name:
+        delegate, inner = name.split(DELEGATE_SEP, 1)
+        raise InputError(
+            f"the repair would change {inner} inside the delegate {delegate}, whose partition is already "
+            f"compiled for its backend; repair the program before lowering (qflow.repair on the exported "
+            f"or edge program, or QflowPass('repair') in to_edge_transform_and_lower)",
+            name,
+        )
+    raise InputError(f"the plan names {what}, which is not in the graph", name)
+
+
+def _insert(gm: fx.GraphModule, ops: dict[str, Any], rq: Requant, nodes: dict[str, fx.Node]) -> None:
+    producer = _node(nodes, rq.edge[0], f"edge {rq.edge}")
+    consumer = _node(nodes, rq.edge[1], f"edge {rq.edge}")
+    consumer_cls = classify(target_name(consumer)) if consumer.op == "call_function" else OpClass.UNKNOWN
+    chain = _chain(rq, consumer_cls, consumer.name)
     with gm.graph.inserting_before(consumer):
         cur = producer
         for kind, dom in chain:
@@ -91,6 +116,11 @@ def _insert(gm: fx.GraphModule, ops: dict[str, Any], rq: Requant, nodes: dict[st
 
 
 def _reclaim(node: fx.Node, d: Domain) -> None:
+    """The pass-through op claims the domain it really carries; a float one
+    carries real numbers, so it claims nothing (no ``output_qparams``)."""
+    if d.is_float:
+        node.meta["output_qparams"] = {}
+        return
     from executorch.backends.arm._passes.quant_args import QuantArgs
 
     oq = dict(node.meta.get("output_qparams") or {})
@@ -145,10 +175,20 @@ def _true_boundary(gm: fx.GraphModule, ops: dict[str, Any], getitem: fx.Node, d:
 
 
 def apply_plan(gm: fx.GraphModule, plan: Plan) -> None:
-    """Rewrite `gm` in place (callers pass a copy)."""
+    """Rewrite `gm` in place (callers pass a copy). Every node the plan names
+    is looked up before anything changes, so a plan that cannot be carried out
+    (a change inside a compiled delegate) raises `InputError` and leaves `gm` as it was."""
     if plan.empty:
         return
     nodes = {n.name: n for n in gm.graph.nodes}
+    for rq in plan.requants:
+        for n in rq.edge:
+            _node(nodes, n, f"edge {rq.edge}")
+    for name in [*plan.reclaims, *plan.activation_domains, *plan.boundaries]:
+        _node(nodes, name, "node")
+    for name, d in plan.reclaims.items():
+        if not (d.is_float or d.dtype in _TORCH_DTYPES):
+            raise InputError(f"qflow cannot write the domain {d} into output_qparams", name)
     ops = _qdq_ops(gm)
     for rq in plan.requants:
         _insert(gm, ops, rq, nodes)
@@ -160,3 +200,57 @@ def apply_plan(gm: fx.GraphModule, plan: Plan) -> None:
         _true_boundary(gm, ops, nodes[name], d)
     gm.graph.lint()
     gm.recompile()
+
+
+def split_plan(plan: Plan) -> tuple[Plan, dict[str, Plan]]:
+    """The plan's changes to the parent graph, and those inside each delegate
+    (``lowered_module_N``), with the delegate prefix taken off the node names."""
+
+    def where(name: str) -> tuple[str | None, str]:
+        if DELEGATE_SEP in name:
+            d, inner = name.split(DELEGATE_SEP, 1)
+            return d, inner
+        return None, name
+
+    parent = Plan(objective=plan.objective)
+    inside: dict[str, Plan] = {}
+
+    def bucket(d: str | None) -> Plan:
+        return parent if d is None else inside.setdefault(d, Plan(objective=plan.objective))
+
+    for rq in plan.requants:
+        (d0, a), (d1, b) = where(rq.edge[0]), where(rq.edge[1])
+        if d0 != d1:
+            raise InputError(f"the plan puts a requant across the boundary of a delegate: {rq.edge}", rq.edge[1])
+        bucket(d0).requants.append(replace(rq, edge=(a, b)))
+    for attr in ("reclaims", "activation_domains", "boundaries"):
+        for name, v in getattr(plan, attr).items():
+            d, inner = where(name)
+            getattr(bucket(d), attr)[inner] = v
+    return parent, inside
+
+
+def relower_delegates(gm: fx.GraphModule, inside: dict[str, Plan]) -> None:
+    """Carry out each delegate's part of a plan where it can be: on a copy of
+    the partition as it was handed to the backend, lowered again by the same
+    backend with the same compile specs, in place of the old delegate."""
+    import copy
+
+    from executorch.exir.backend.backend_api import to_backend
+
+    for name, sub in inside.items():
+        lowered = getattr(gm, name, None)
+        original = getattr(lowered, "original_module", None)
+        if original is None:
+            raise InputError(f"the repair would change the delegate {name}, which has no partition program", name)
+        part = copy.deepcopy(original)
+        apply_plan(part.graph_module, sub)
+        try:
+            new = to_backend(lowered.backend_id, part, list(lowered.compile_specs))
+        except Exception as e:  # the backend's own error, whatever its kind
+            raise InputError(
+                f"the repaired partition of the delegate {name} does not lower again on {lowered.backend_id}: "
+                f"{type(e).__name__}: {e}; repair the program before lowering instead",
+                name,
+            ) from e
+        setattr(gm, name, new)

@@ -44,6 +44,27 @@ KINDS: dict[str, Kind] = {
             "does this.",
         ),
         Kind(
+            "requant-across-activation",
+            "error",
+            "a requant across an activation the target lowers as a code copy",
+            "The quantize after a standalone relu / hardtanh / clamp changes the domain. The target lowers "
+            "the activation as a clamp that copies codes (measured: the ExecuTorch Arm fold moves both "
+            "domains onto the clamp, quantizes the bounds in the output domain and drops the requant), so "
+            "the program computes wrong numbers.",
+            "Keep an explicit requant after the activation in its input domain (qflow.repair inserts one), "
+            "or let the activation's output share its input's domain.",
+        ),
+        Kind(
+            "dropped-scale",
+            "error",
+            "the target applies only the zero points across this op",
+            "The op's output domain has another scale than its input, but the target lowers the op with the "
+            "zero points only (measured: TOSA NEGATE on the ExecuTorch Arm backend), so the scale change is "
+            "silently dropped and every output is off by the ratio of the scales.",
+            "Quantize the op's output in its input's scale and requantize after it (qflow.repair does), or "
+            "share the input's observer with the output.",
+        ),
+        Kind(
             "domain-mismatch",
             "error",
             "a consumer declares a domain its producer does not produce",
@@ -133,6 +154,18 @@ KINDS: dict[str, Kind] = {
             "naming the passes that need it explicitly (RewriteConvPass: executorch ≤ 1.2 crashes; 1.5.1 "
             "handles a conv but not a decomposed linear).",
             "Give the producer an explicit output domain (a quantize after it).",
+        ),
+        Kind(
+            "tosa-artifact-mismatch",
+            "error",
+            "the TOSA flatbuffer the backend emitted does not realise the declared domains",
+            "Read by TOSA 1.0 INT semantics, an operator of the delegate's flatbuffer (a RESCALE's "
+            "multiplier/shift/zero points, a conv's zero points, a CLAMP's bounds, a TABLE's entries, a "
+            "PAD constant, a zero-point-only NEGATE/AVG_POOL2D) or a delegate edge puts codes in another "
+            "domain than the PT2E program declares: the device computes wrong numbers whatever the graph "
+            "checks predicted. Unproven: the artifact holds an operator or a constant qflow cannot read.",
+            "Find the pass that broke it (qflow check --arm SPEC --per-pass) and fix the quantized program "
+            "or the backend; the finding names the TOSA operator, its index and the PT2E node.",
         ),
     )
 }

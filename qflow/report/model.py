@@ -26,6 +26,9 @@ class Finding:
     fix: str = ""
     source: str | None = None  # "file:line" of the model code when the node has a stack trace
     module: str | None = None  # nn.Module path
+    #: On which targets the program breaks, and how ("silent miscompile",
+    #: "refused at lowering", "refused at load").
+    targets: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v not in (None, "")}
@@ -38,10 +41,14 @@ class Report:
     obligations: dict[str, int]
     form: str = "unknown"
     name: str = ""
+    #: The target whose contract the program was proved against.
+    target: str = "generic"
     notes: list[str] = field(default_factory=list)
     stats: dict[str, float] = field(default_factory=dict)
     #: The propagated lattice element of every value (for pictures and debugging).
     domains: dict[str, str] = field(default_factory=dict, repr=False)
+    #: The repair carried out to get this program (`Plan.to_json()`), when it is a repair's result.
+    repair: dict[str, Any] | None = None
 
     @property
     def errors(self) -> list[Finding]:
@@ -52,12 +59,13 @@ class Report:
             "schema": SCHEMA,
             "name": self.name,
             "form": self.form,
+            "target": self.target,
             "proved": self.proved,
             "findings": [f.to_dict() for f in self.findings],
             "obligations": dict(self.obligations),
             "notes": list(self.notes),
             "stats": dict(self.stats),
-        }
+        } | ({"repair": self.repair} if self.repair is not None else {})
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2)

@@ -26,7 +26,7 @@ from qflow.graph import DomainGraph
 from qflow.lattice import Elem, ElemKind, propagate
 from qflow.ops import base_name
 from qflow.report.model import Finding, Report
-from qflow.solvers.repair import Plan
+from qflow.solvers.repair import Plan, Requant
 
 SUFFIXES = (".svg", ".dot")
 HOPS = 3  # how far around a finding the picture reaches (a Q/DQ pair costs two hops)
@@ -266,7 +266,12 @@ class _Drawer:
     def _edges(self, c: graphviz.Digraph, nodes: set[str]) -> None:
         env = propagate({v.name: v.definition for v in self.dg.values()})
         failed = {tuple(f.edge): f for f in self.r.findings if f.edge and f.status != "proved"}
-        requants = {rq.edge: rq for rq in (self.p.plan.requants if self.p.plan else [])}
+        plan = self.p.plan
+        requants = {rq.edge: rq for rq in (plan.requants if plan else [])}
+        for q, (old, own) in (plan.activation_domains if plan else {}).items():
+            # the quantize after the activation takes its own domain; a requant back follows it
+            for b in self.dg.g.successors(q) if q in self.dg.g else ():
+                requants.setdefault((q, b), Requant((q, b), own, old))
         edges = [*self.dg.g.edges, *failed, *requants]
         for a, b in dict.fromkeys(e for e in edges if e[0] in nodes and e[1] in nodes):
             f, rq = failed.get((a, b)), requants.get((a, b))

@@ -6,6 +6,12 @@ from typing import Any
 
 from qflow.report.model import Finding, Report
 
+#: The note of a program with nothing quantized: nothing to prove, so not PROVED (see qflow.cli).
+NOTHING_QUANTIZED = (
+    "nothing is quantized (no quantize/dequantize node, qparams or quantized delegate), so there is nothing "
+    "to prove: is this the program before quantization, rather than the one convert_pt2e returned?"
+)
+
 
 def _domain(d: dict[str, Any] | None) -> str:
     if not d:
@@ -24,9 +30,11 @@ def _domain(d: dict[str, Any] | None) -> str:
 def render_finding(f: Finding) -> str:
     lines = [f"{f.severity.upper():7} {f.kind} at {f.node}"]
     lines.append(f"        {f.message}")
-    if f.produced or f.expected:
-        lines.append(f"        produced: {_domain(f.produced)}")
-        lines.append(f"        expected: {_domain(f.expected)}")
+    if f.produced or f.expected:  # a side without a domain (e.g. an unfused producer) is said so, not "?"
+        lines.append(f"        produced: {_domain(f.produced) if f.produced else 'no domain of its own'}")
+        lines.append(f"        expected: {_domain(f.expected) if f.expected else 'no domain declared'}")
+    if f.targets and f.severity != "info":
+        lines.append("        breaks:   " + "; ".join(f"{t}: {how}" for t, how in f.targets.items()))
     if f.source:
         lines.append(f"        source:   {f.source}")
     if f.fix:
@@ -36,9 +44,9 @@ def render_finding(f: Finding) -> str:
 
 def render_text(r: Report) -> str:
     ob = r.obligations
-    verdict = "PROVED" if r.proved else "NOT PROVED"
+    verdict = "PROVED" if r.proved else "NOTHING QUANTIZED" if NOTHING_QUANTIZED in r.notes else "NOT PROVED"
     head = (
-        f"qflow: {r.name + ': ' if r.name else ''}{verdict} ({r.form} graph) — "
+        f"qflow: {r.name + ': ' if r.name else ''}{verdict} ({r.form} graph, target {r.target}) — "
         f"{ob.get('proved', 0)} proved, {ob.get('violated', 0)} violated, "
         f"{ob.get('unproven', 0)} unproven obligations; "
         f"{len(r.findings)} finding(s)"

@@ -20,10 +20,18 @@ NAMES = tuple(_MODULES)
 DEFAULT = "generic"
 
 
-def get(name: str | Target | None) -> Target:
-    """The target called `name` (None: the generic one)."""
+def get(name: str | Target | object | None) -> Target:
+    """The target called `name` (None: the generic one); an ExecuTorch
+    partitioner object names its backend's target."""
     if isinstance(name, Target):
         return name
+    if name is not None and not isinstance(name, str):
+        t = for_partitioner(name)
+        if t is None:
+            raise InputError(
+                f"qflow has no target for partitioner {type(name).__name__}; name one of {', '.join(NAMES)}"
+            )
+        return t
     key = DEFAULT if name is None else str(name)
     if key not in _MODULES:
         raise InputError(f"unknown target {key!r}; expected one of {', '.join(NAMES)}")
@@ -39,4 +47,14 @@ def for_backend(backend_id: str) -> Target | None:
     return None
 
 
-__all__ = ["DEFAULT", "NAMES", "Fusion", "OpRule", "Outcome", "Target", "for_backend", "get"]
+def for_partitioner(partitioner: object) -> Target | None:
+    """The target an ExecuTorch partitioner lowers to (by its class or a base class)."""
+    names = {c.__name__ for c in type(partitioner).__mro__}
+    for name in NAMES:
+        t = get(name)
+        if names & t.partitioners:
+            return t
+    return None
+
+
+__all__ = ["DEFAULT", "NAMES", "Fusion", "OpRule", "Outcome", "Target", "for_backend", "for_partitioner", "get"]

@@ -61,10 +61,16 @@ class Target:
     int16_zero_point_zero: bool = False
     #: ExecuTorch backend ids whose delegates this target describes.
     backend_ids: frozenset[str] = frozenset()
+    #: Class names of the ExecuTorch partitioners that lower to this target.
+    partitioners: frozenset[str] = frozenset()
     #: What a code-copy / zp-only violation does on this target.
     outcome: Outcome = Outcome.MISCOMPILE
     #: The targets a generic contract was combined from (empty for a real backend).
     members: tuple[str, ...] = ()
+    #: (key in ``node.meta["custom"]``, field): the backend lowers only nodes
+    #: whose quantizer marked them so; an unmarked op runs on the CPU in float
+    #: (the Arm quantizer's ``_arm_annotation_info.quantized``).
+    lowers_only_marked: tuple[str, str] | None = None
 
     def rule(self, op: str) -> OpRule | None:
         """The backend's rule for op base name `op`, or None (PT2E meaning)."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from builder import A, B, C, G, noq
+from builder import A, B, C, G, noq, seed000_folded
 
+from qflow.domain import Domain
 from qflow.solvers.repair import brute_force_size, plan_repair
 
 
@@ -38,12 +39,16 @@ def test_all_a_consumer_b_requants_after_cat_not_each_input() -> None:
     assert brute_force_size(g.dg) == 1
 
 
-def test_three_a_one_b_consumer_b_needs_two() -> None:
-    # B's input must join the other three (1) and the cat's A output must reach B (1):
-    # requanting the three A inputs instead would cost 3.
+def test_three_a_one_b_consumer_b_requants_the_three_a_inputs() -> None:
+    # Two requants (B's input into A, then the cat's A output into B) would
+    # round B's values onto A's coarse grid and back: 0.1 against 3e-5, a change
+    # of what the model computes. The plan that keeps the meaning requants the
+    # three A inputs into B.
     g = _cat([A, A, A, B], B)
     p = plan_repair(g.dg)
-    assert len(p.requants) == 2 == brute_force_size(g.dg)
+    assert sorted(rq.edge for rq in p.requants) == [("in0", "cat"), ("in1", "cat"), ("in2", "cat")]
+    assert all(rq.target == B for rq in p.requants)
+    assert len(p.requants) == 3 == brute_force_size(g.dg)
 
 
 def test_requant_before_beats_after_when_the_cat_fans_out() -> None:
@@ -116,3 +121,53 @@ def test_only_regions_with_a_failing_obligation_are_optimised(monkeypatch) -> No
     assert sorted(rq.edge for rq in p.requants) == [("cat20", "add20"), ("n7", "cat7")]
     assert p.reclaims == {"cat20": A}
     assert sorted(solved) == [["cat20"], ["cat7"]]
+
+
+def test_a_requant_never_targets_float_or_a_made_up_range() -> None:
+    """permute → Q(int16) in a Q/DQ graph: relaxing the permute's input makes a
+    gridless float "satisfy" the no-fold obligation, and the range of the
+    permute's domain is otherwise free. The target is the program's own int16."""
+    g = G(form="qdq")
+    g.fact("dq", A, real=True)
+    g.passthrough("permute", "dq")
+    noq(g, "q16", "permute", B)
+    p = plan_repair(g.dg)
+    [rq] = p.requants
+    assert rq.target == B and not rq.target.is_float
+    assert brute_force_size(g.dg) == 1
+
+
+def test_an_int16_domain_with_a_zero_point_is_not_a_tosa_target() -> None:
+    b5 = Domain.quantized("int16", 1 / 2048, 5, -32767, 32767)
+    g = G(form="qdq")
+    g.fact("dq", A, real=True)
+    g.passthrough("cat", "dq")
+    noq(g, "q16", "cat", b5)
+    p = plan_repair(g.dg)
+    assert p.empty and p.unrepairable and any("zero point 0" in r for r in p.reasons)
+    # a target without the int16 rule takes it
+    [rq] = plan_repair(g.dg, int16_zero_point_zero=False).requants
+    assert rq.target == b5
+
+
+def test_no_requant_or_claim_comes_from_codes_of_unknown_meaning() -> None:
+    """A pass-through op fed by an unknown op (the Cortex-M case): its physical
+    domain is unknown, so it is neither reclaimed (once: float32, a KeyError)
+    nor requantized from; the plan says what blocks it."""
+    g = G()
+    g.free("mystery", blocking=True)
+    g.fact("m2", A)
+    g.passthrough("cat", "mystery", "m2", claim=A)
+    g.use("cat", "add", A)
+    p = plan_repair(g.dg)
+    assert p.empty and p.unrepairable
+    assert any("mystery" in r for r in p.reasons)
+
+
+def test_plan_counts_every_kind_of_change() -> None:
+    p = plan_repair(seed000_folded().dg)
+    assert p.counts() == {"requants": 1, "reclaims": 1, "activation_domains": 0, "boundaries": 0, "unrepairable": 0}
+    assert p.summary().startswith("1 requant(s) inserted, 1 claim(s) corrected, 0 activation domain(s)")
+    data = p.to_json()
+    assert data["schema"] == "qflow.plan/1" and data["requants"][0]["edge"] == ["cat", "add"]
+    assert data["reclaims"]["cat"]["zero_point"] == 102

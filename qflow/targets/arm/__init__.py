@@ -26,5 +26,9 @@ TARGET = Target(
     fusion=Fusion.NARROW_QMIN,
     int16_zero_point_zero=True,
     backend_ids=frozenset({"TOSABackend", "EthosUBackend", "VgfBackend"}),
+    partitioners=frozenset({"TOSAPartitioner", "EthosUPartitioner", "VgfPartitioner"}),
     outcome=Outcome.MISCOMPILE,
+    # FoldAndAnnotateQParamsPass folds, and the INT partitioner takes, only
+    # nodes the Arm quantizer marked quantized (ARM_PIPELINE_NOTES §2.1)
+    lowers_only_marked=("_arm_annotation_info", "quantized"),
 )

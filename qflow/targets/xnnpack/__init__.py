@@ -13,5 +13,6 @@ TARGET = Target(
     op_rules={},
     fusion=Fusion.CODE_CLAMP,
     backend_ids=frozenset({"XnnpackBackend"}),
+    partitioners=frozenset({"XnnpackPartitioner", "XnnpackDynamicallyQuantizedPartitioner"}),
     outcome=Outcome.REFUSED_AT_LOAD,
 )

@@ -1,0 +1,235 @@
+"""Measure every shipped target's contract on the real backends and write the table.
+
+    python benchmarks/contracts.py                         # all targets, all cases → benchmarks/contracts.md
+    python benchmarks/contracts.py --targets arm-tosa      # one target (merged into the existing JSON)
+    python benchmarks/contracts.py --cases neg,relu        # a few cases
+    python benchmarks/contracts.py --render                # only rewrite the Markdown from the JSON
+
+Each single-op program (tests/contracts/probe.py) is quantized with the
+target's stock quantizer, its output domain moved away from its input's
+(``zp``: zero point shifted; ``scale``: scale ×1.37) or left as the stock
+annotation gave it, lowered with the real partitioner and run (TOSA reference
+model / ExecuTorch runtime with XNNPACK). Outcomes are measured against the
+fake-quantized model in output LSBs. Raw rows go to benchmarks/contracts.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "contracts"))
+
+import probe  # noqa: E402
+
+JSON = ROOT / "benchmarks" / "contracts.json"
+MD = ROOT / "benchmarks" / "contracts.md"
+TARGETS = ("arm-tosa", "arm-tosa+int16", "xnnpack")
+
+
+def backend(name: str) -> probe.Backend:
+    if name == "arm-tosa":
+        return probe.ArmBackend()
+    if name == "arm-tosa+int16":
+        return probe.ArmBackend("TOSA-1.0+INT+int16", int16=True)
+    if name == "xnnpack":
+        return probe.XnnpackBackend()
+    raise SystemExit(f"unknown target {name}")
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for pkg in ("torch", "executorch", "torchao", "tosa-tools"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "-"
+    return out
+
+
+def cell(m: dict) -> str:
+    outcome = m["outcome"]
+    if outcome in ("exact", "miscompile") and m.get("lsb") is not None:  # one tolerance for every run
+        outcome = "exact" if m["lsb"] <= 1 + probe.TOLERANCE else "miscompile"
+    short = {
+        "exact": "exact",
+        "miscompile": "MISCOMPILE",
+        "refused at lowering": "refused (lowering)",
+        "refused at load": "refused (load)",
+        "left on CPU": "CPU",
+        "not quantized": "float",
+    }.get(outcome, outcome)
+    if m.get("lsb") is not None and outcome in ("exact", "miscompile"):
+        short += f" {m['lsb']:g}"
+    if m.get("quantizer") == "custom":
+        short += "†"
+    if m.get("form") == "after add":
+        short += "*"
+    return short
+
+
+WRONG = ("MISCOMPILE", "refused")
+
+
+def measured_rule(by: dict[str, dict]) -> str:
+    """The rule the measurement shows: CPU_FLOAT, RESCALE, ZP_ONLY, CODE_COPY (or ? when none fits)."""
+    zp, scale = (cell(by[v]) if v in by else "" for v in ("zp", "scale"))
+    if "zp" not in by:  # int16: only the scale moves
+        return "RESCALE" if scale.startswith("exact") else "ZP_ONLY/CODE_COPY" if scale.startswith(WRONG) else "?"
+    if zp.startswith("CPU") and scale.startswith("CPU"):
+        return "CPU_FLOAT"
+    if zp.startswith("exact") and scale.startswith("exact"):
+        return "RESCALE"
+    if zp.startswith("exact") and scale.startswith(WRONG):
+        return "ZP_ONLY"
+    if zp.startswith(WRONG) and scale.startswith(WRONG):
+        return "CODE_COPY"
+    return "?"
+
+
+def render(data: dict) -> str:
+    from qflow import targets
+    from qflow.ops import OpClass, classify
+
+    rows = data["rows"]
+    lines = [
+        "# Contract probe: how each backend lowers a domain change across one op",
+        "",
+        f"Measured {data['date']} by `python benchmarks/contracts.py` on "
+        + ", ".join(f"{k} {v}" for k, v in data["versions"].items())
+        + ".",
+        "",
+        "Each single-op program is quantized with the target's stock quantizer; then the op's output",
+        "domain is moved away from its input's in the converted Q/DQ graph (`zp`: output zero point",
+        f"shifted by {probe.ZP_SHIFT}, scale kept; `scale`: output scale ×{probe.SCALE_FACTOR}, zero point kept) or",
+        "left as the stock annotation gave it (`stock`). Each program is lowered with the real partitioner",
+        "and run (arm-tosa: `TOSAPartitioner` + TOSA reference model; xnnpack: `XnnpackPartitioner` +",
+        "`to_executorch` + the ExecuTorch runtime); the number is the largest difference from the",
+        "fake-quantized model over 3 inputs, in output LSBs. *exact* = within 1 LSB.",
+        "",
+        "`*` measured after a carrier `add` (`op(x + c)`): the partitioner does not delegate the op alone.",
+        "`†` the stock quantizer leaves the op in float; it was annotated int8 by the probe (input act qspec,",
+        "output shared for pass-through ops / own observer otherwise), as a custom annotation would.",
+        "`CPU`: the op stays outside the delegate. `float`: no quantize on the op's output to move.",
+        "",
+        "Reading: RESCALE = zp and scale exact; ZP_ONLY = zp exact, scale miscompiles; CODE_COPY = neither.",
+        "",
+    ]
+    tnames = [t for t in TARGETS if any(r["target"] == t for r in rows)]
+    header = "| case | op | " + " | ".join(f"{t} stock | zp | scale | measured | rule" for t in tnames) + " |"
+    lines += [header, "|" + "---|" * (2 + 5 * len(tnames))]
+    order = [c.name for c in (*probe.CASES, *probe.FUSION_CASES)]
+    cases = sorted(dict.fromkeys(r["case"] for r in rows), key=lambda c: order.index(c) if c in order else len(order))
+    for c in cases:
+        op = next(r["op"] for r in rows if r["case"] == c)
+        cells = [c, f"`{op}`"]
+        for t in tnames:
+            by = {r["variant"]: r for r in rows if r["case"] == c and r["target"] == t}
+            for v in probe.VARIANTS:
+                cells.append(cell(by[v]) if v in by else "")
+            got = measured_rule(by) if by else ""
+            cells.append(f"**{got}**" if by else "")
+            contract = targets.get(t.split("+")[0])
+            rule = contract.rule(op)
+            if rule is None:
+                cls = classify(op)
+                default = (
+                    "RESCALE" if cls is OpClass.COMPUTE else "CODE_COPY" if cls is OpClass.PASSTHROUGH else cls.value
+                )
+                shown = f"({default})"
+            else:
+                default, shown = rule.name, rule.name
+            if by and "stock" in by and got not in (default, "ZP_ONLY/CODE_COPY") and "zp" in by:
+                shown += " ≠"
+            cells.append(shown)
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "*measured*: the rule the outcomes show. *rule*: the target's `op_rules` entry; in parentheses the",
+        "PT2E default from `qflow.ops` (compute → RESCALE, pass-through/activation → CODE_COPY); ≠ marks a",
+        "disagreement with the measurement.",
+        "",
+    ]
+    details = [r for r in rows if r["detail"] and r["outcome"] not in ("exact", "miscompile")]
+    if details:
+        lines += ["## Refusals and CPU placements", ""]
+        for r in details:
+            lines.append(f"- {r['target']} `{r['case']}` {r['variant']}: {r['outcome']} — {r['detail'][:300]}")
+        lines.append("")
+    for extra in data.get("extras", []):
+        lines.append(extra)
+    return "\n".join(lines) + "\n"
+
+
+def store(data: dict, target: str, cases: list[str], ms: list, variant: str | None = None, path: Path = JSON) -> None:
+    """Replace the rows of these cases (and variant) with fresh measurements; save the JSON."""
+    data["rows"] = [
+        r
+        for r in data["rows"]
+        if not (r["target"] == target and r["case"] in cases and (variant is None or r["variant"] == variant))
+    ] + [m.row() for m in ms]
+    data["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    data["versions"] = versions()
+    path.write_text(json.dumps(data, indent=1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--cases", default="")
+    ap.add_argument("--render", action="store_true")
+    ap.add_argument(
+        "--alone",
+        action="store_true",
+        help="one program per case and variant (slow); default: one batched program per variant, as the test does",
+    )
+    ap.add_argument("--json", type=Path, default=JSON, help="raw rows (merged when several runs write it)")
+    ap.add_argument("--merge", type=Path, nargs="*", default=[], help="more JSON files to merge before rendering")
+    args = ap.parse_args()
+    data = json.loads(args.json.read_text()) if args.json.exists() else {"rows": []}
+    if not args.render:
+        wanted = [c for c in probe.CASES if not args.cases or c.name in args.cases.split(",")]
+        for t in args.targets.split(","):
+            be = backend(t)
+            variants = ("stock", "scale") if t.endswith("int16") else probe.VARIANTS
+            if args.alone:
+                for case in wanted:
+                    t0 = time.time()
+                    ms = probe.measure_case(be, case, variants)
+                    store(data, t, [case.name], ms, path=args.json)
+                    print(
+                        f"{t:16} {case.name:22} "
+                        + "  ".join(cell(m.row()) for m in ms)
+                        + f"  ({time.time() - t0:.0f}s)"
+                    )
+                    sys.stdout.flush()
+                continue
+            for v in variants:
+                t0 = time.time()
+                custom = t == "xnnpack" and v != "stock"
+                ms = probe.measure_batch(be, wanted, v, custom=custom)
+                for m in ms:
+                    m.form = "batch"
+                store(data, t, [c.name for c in wanted], ms, variant=v, path=args.json)
+                print(f"{t} {v}: {time.time() - t0:.0f}s", flush=True)
+            if t == "xnnpack":
+                ms = probe.measure_batch(be, list(probe.FUSION_CASES), "stock")
+                store(data, t, [c.name for c in probe.FUSION_CASES], ms, variant="stock", path=args.json)
+    for extra in args.merge:
+        other = json.loads(extra.read_text())
+        keys = {(r["target"], r["case"], r["variant"]) for r in other["rows"]}
+        data["rows"] = [r for r in data["rows"] if (r["target"], r["case"], r["variant"]) not in keys] + other["rows"]
+        data.setdefault("date", other["date"])
+        data.setdefault("versions", other["versions"])
+    MD.write_text(render(data))
+
+
+if __name__ == "__main__":
+    main()

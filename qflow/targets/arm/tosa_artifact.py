@@ -1,0 +1,958 @@
+"""Translation validation of the TOSA flatbuffer the Arm backend emits.
+
+qflow's graph checks *predict* what some 150 Arm passes make of a program. This
+module checks what they made: it reads a TOSA delegate's ``processed_bytes``
+with the flatbuffer classes tosa-tools ships, gives every tensor an integer
+domain by the TOSA 1.0 INT semantics of its producer, and checks that the
+program realises the domains the PT2E program declares.
+
+TOSA carries only integers, so scales come from anchors: the parent's quantize
+arguments at the delegate inputs (the domain the parent quantizes into), the
+partition program's dequantize nodes for constants (weights, biases, tables),
+and the parent's dequantize arguments at the outputs (the domain the parent
+reads the codes in). Between anchors each operator's integer parameters must
+realise the declared ratio:
+
+* ``RESCALE``: out scale = in scale · 2^shift / multiplier, its input zero
+  point must be the input's, per channel when ``per_channel``;
+* ``CONV2D`` / ``DEPTHWISE_CONV2D`` / ``TRANSPOSE_CONV2D`` / ``CONV3D`` /
+  ``MATMUL``: input and weight zero points; an int32 accumulator of scale
+  in scale × weight scale (per channel), zero point 0; the bias in that domain;
+* ``ADD`` / ``SUB`` / ``MAXIMUM`` / ``MINIMUM`` / ``SELECT`` / comparisons:
+  both inputs in one domain; ``MUL``: scale a·b·2^shift, zero points 0;
+* ``AVG_POOL2D``, ``NEGATE``: zero points only, the scale is kept;
+* ``CLAMP``: bounds equal to an activation the PT2E program asked for, and
+  every activation whose bounds cut into the code range has such a clamp;
+* ``TABLE``: recomputed from the intended op and its declared domains;
+* ``PAD``: the pad constant is the zero point; ``CONCAT``: one domain;
+* ``RESHAPE`` / ``TRANSPOSE`` / ``SLICE`` / ``TILE`` / ``GATHER`` / ``REVERSE``
+  / ``MAX_POOL2D`` / ``REDUCE_MAX|MIN`` / ``IDENTITY`` / int→int ``CAST`` /
+  nearest ``RESIZE``: codes copied (bilinear ``RESIZE`` scales by 1/(n_y·n_x)).
+
+An operator qflow cannot interpret makes what depends on it *unproven*, never
+proved.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from qflow.domain import FLOAT, Domain
+
+# ---------------------------------------------------------------------------
+# Reading the flatbuffer
+# ---------------------------------------------------------------------------
+
+_NP = {"INT8": "<i1", "INT16": "<i2", "INT32": "<i4", "BOOL": "<u1", "FP32": "<f4", "FP16": "<f2", "INT64": "<i8"}
+_QDTYPE = {"INT8": "int8", "INT16": "int16", "INT32": "int32", "INT4": "int4", "INT48": "int48"}
+_QDTYPE |= {"FP32": "float32", "FP16": "float16", "BF16": "bfloat16", "BOOL": "bool"}
+
+
+@dataclass(frozen=True)
+class TosaTensor:
+    name: str
+    dtype: str  # the TOSA DType name: INT8, INT32, FP32, SHAPE, ...
+    shape: tuple[int, ...]
+    data: np.ndarray | None  # decoded constant data
+    data_pos: int | None = None  # absolute byte offset of the data in the flatbuffer (for patching)
+
+
+@dataclass(frozen=True)
+class TosaOp:
+    index: int
+    op: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class TosaProgram:
+    tensors: dict[str, TosaTensor]
+    ops: tuple[TosaOp, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    def producer(self) -> dict[str, TosaOp]:
+        return {o: op for op in self.ops for o in op.outputs}
+
+
+def _names(enum_cls: type) -> dict[int, str]:
+    return {v: k for k, v in vars(enum_cls).items() if not k.startswith("_") and isinstance(v, int)}
+
+
+def _decode(raw: np.ndarray | int, dtype: str) -> np.ndarray | None:
+    if isinstance(raw, np.ndarray) and dtype == "INT48":  # 6-byte little-endian integers
+        b = raw.tobytes()
+        return np.array([int.from_bytes(b[i : i + 6], "little", signed=True) for i in range(0, len(b), 6)])
+    if not isinstance(raw, np.ndarray) or dtype not in _NP:
+        return None
+    return np.frombuffer(raw.tobytes(), dtype=_NP[dtype]).astype(np.int64 if dtype != "FP32" else np.float64)
+
+
+def _attrs(op: Any, attr_name: str) -> dict[str, Any]:
+    tab = op.Attribute()
+    if tab is None:
+        return {}
+    if attr_name == "RescaleAttribute":
+        from tosa.RescaleAttribute import RescaleAttribute
+
+        a = RescaleAttribute()
+        a.Init(tab.Bytes, tab.Pos)
+        return {
+            "scale32": a.Scale32(),
+            "rounding_mode": a.RoundingMode(),
+            "per_channel": a.PerChannel(),
+            "input_unsigned": a.InputUnsigned(),
+            "output_unsigned": a.OutputUnsigned(),
+        }
+    if attr_name == "ClampAttribute":
+        from tosa.ClampAttribute import ClampAttribute
+
+        a = ClampAttribute()
+        a.Init(tab.Bytes, tab.Pos)
+
+        def vec(slot: int) -> tuple[bytes, int]:
+            o = a._tab.Offset(slot)
+            start = a._tab.Vector(o)
+            return bytes(tab.Bytes[start : start + a._tab.VectorLen(o)]), start
+
+        (lo, lo_pos), (hi, hi_pos) = vec(4), vec(6)
+        return {"min_bytes": lo, "max_bytes": hi, "min_pos": lo_pos, "max_pos": hi_pos}
+    if attr_name == "ResizeAttribute":
+        from tosa.ResizeAttribute import ResizeAttribute
+
+        a = ResizeAttribute()
+        a.Init(tab.Bytes, tab.Pos)
+        return {"mode": a.Mode()}
+    return {}
+
+
+def read(buf: bytes) -> TosaProgram:
+    """Parse a TOSA 1.0 flatbuffer (the first block of the first region)."""
+    from tosa.Attribute import Attribute
+    from tosa.DType import DType
+    from tosa.Op import Op
+    from tosa.TosaGraph import TosaGraph
+
+    ops_n, dt_n, attr_n = _names(Op), _names(DType), _names(Attribute)
+    blk = TosaGraph.GetRootAs(buf, 0).Regions(0).Blocks(0)
+    tensors: dict[str, TosaTensor] = {}
+    for i in range(blk.TensorsLength()):
+        t = blk.Tensors(i)
+        dtype = dt_n.get(t.Type(), "UNKNOWN")
+        raw = t.DataAsNumpy()
+        pos = t._tab.Vector(t._tab.Offset(10)) if t.DataLength() else None
+        shape = tuple(int(s) for s in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+        tensors[t.Name().decode()] = TosaTensor(t.Name().decode(), dtype, shape, _decode(raw, dtype), pos)
+    for i in range(blk.ShapesLength()):
+        s = blk.Shapes(i)
+        raw = s.DataAsNumpy()
+        data = np.frombuffer(raw.tobytes(), dtype="<i8").astype(np.int64) if isinstance(raw, np.ndarray) else None
+        tensors[s.Name().decode()] = TosaTensor(s.Name().decode(), "SHAPE", (int(s.Rank()),), data)
+    ops = []
+    for i in range(blk.OperatorsLength()):
+        o = blk.Operators(i)
+        ins = tuple(o.Inputs(j).decode() for j in range(o.InputsLength()))
+        outs = tuple(o.Outputs(j).decode() for j in range(o.OutputsLength()))
+        ops.append(TosaOp(i, ops_n.get(o.Op(), f"op{o.Op()}"), ins, outs, _attrs(o, attr_n.get(o.AttributeType(), ""))))
+    ins = tuple(blk.Inputs(i).decode() for i in range(blk.InputsLength()))
+    outs = tuple(blk.Outputs(i).decode() for i in range(blk.OutputsLength()))
+    return TosaProgram(tensors, tuple(ops), ins, outs)
+
+
+# ---------------------------------------------------------------------------
+# What the PT2E side declares
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Activation:
+    """A relu/hardtanh/clamp the PT2E program asks for, in its output domain."""
+
+    node: str
+    lo: float | None
+    hi: float | None
+    domain: Domain
+
+
+@dataclass
+class Anchors:
+    """Domains the PT2E program declares, keyed by TOSA tensor names."""
+
+    inputs: dict[str, Domain | None]  # TOSA input name → the domain the parent quantizes into
+    outputs: list[tuple[Domain | None, str]]  # per TOSA output: (domain the parent reads, where that was read)
+    consts: dict[str, Domain]  # constant tensor name → declared domain
+    ops: dict[str, Any] = field(default_factory=dict)  # FX node name → callable target (for TABLE)
+    node_in: dict[str, Domain] = field(default_factory=dict)  # FX node name → domain of its first input
+    node_out: dict[str, Domain] = field(default_factory=dict)  # FX node name → its output domain
+    activations: list[Activation] = field(default_factory=list)
+    nodes: set[str] = field(default_factory=set)  # every FX node name of the partition
+
+
+# ---------------------------------------------------------------------------
+# The abstract interpreter
+# ---------------------------------------------------------------------------
+
+Scale = float | tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Dom:
+    """The integer domain of a TOSA tensor. scale None: not known here."""
+
+    dtype: str
+    scale: Scale | None
+    zp: int | None
+    tol: float = 1e-6  # relative error the integer parameters on the path allow
+
+    def domain(self) -> Domain | None:
+        if self.scale is None or self.zp is None:
+            return None
+        lo, hi = _RANGE.get(self.dtype, (0, 0))
+        if isinstance(self.scale, tuple):
+            return Domain.quantized(self.dtype, self.scale, (self.zp,) * len(self.scale), lo, hi, axis=-1)
+        return Domain.quantized(self.dtype, self.scale, self.zp, lo, hi)
+
+    def __str__(self) -> str:
+        if self.scale is None:
+            return f"{self.dtype} scale=? zp={self.zp}"
+        if isinstance(self.scale, tuple):
+            head = ", ".join(f"{s:.6g}" for s in self.scale[:2])
+            return f"{self.dtype} per-channel({len(self.scale)} ch) scale=[{head}{', …' if len(self.scale) > 2 else ''}] zp={self.zp}"
+        return f"{self.dtype} scale={self.scale:.6g} zp={self.zp}"
+
+
+_RANGE = {
+    "int4": (-8, 7),
+    "int8": (-128, 127),
+    "uint8": (0, 255),
+    "int16": (-32768, 32767),
+    "uint16": (0, 65535),
+    "int32": (-(2**31), 2**31 - 1),
+    "int48": (-(2**47), 2**47 - 1),
+}
+
+
+def _dom_of(d: Domain) -> Dom:
+    zp = d.zero_point
+    if isinstance(zp, tuple):
+        zp = zp[0] if len(set(zp)) == 1 else None
+    return Dom(d.dtype, d.scale, zp)
+
+
+def _fmt(d: Domain | Dom | None) -> str:
+    return "?" if d is None else str(d)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One obligation of the artifact: ok True (holds), False (violated) or
+    None (qflow cannot decide: why is in `message`)."""
+
+    ok: bool | None
+    op: str
+    index: int
+    tensor: str  # the TOSA tensor the operator writes
+    node: str  # the PT2E node it came from (nearest named tensor), or "?"
+    message: str
+    produced: Domain | None = None
+    expected: Domain | None = None
+
+    @property
+    def where(self) -> str:
+        return f"TOSA {self.op} #{self.index} ({self.tensor}; PT2E node {self.node})"
+
+
+_COPY = {
+    "RESHAPE",
+    "TRANSPOSE",
+    "SLICE",
+    "TILE",
+    "GATHER",
+    "REVERSE",
+    "MAX_POOL2D",
+    "REDUCE_MAX",
+    "REDUCE_MIN",
+    "IDENTITY",
+    "CLAMP",
+}
+_SAME_DOMAIN = {"ADD", "SUB", "MAXIMUM", "MINIMUM"}
+_COMPARE = {"EQUAL", "GREATER", "GREATER_EQUAL"}
+_CONV = {"CONV2D", "DEPTHWISE_CONV2D", "TRANSPOSE_CONV2D", "CONV3D"}
+_NO_DATA = {"CONST", "CONST_SHAPE"}
+
+_SUFFIXES = ("_weight_ohwi", "_weight_hwcm", "_weight_odhwi", "_weight", "_table_constant", "_fused_const", "_bias")
+
+
+def _fx_name(tensor: str, nodes: set[str]) -> str | None:
+    """The PT2E node a TOSA tensor name refers to (the Arm serializer names
+    tensors after FX nodes, adding suffixes for rewritten constants)."""
+    if tensor in nodes:
+        return tensor
+    base = tensor
+    for s in _SUFFIXES:
+        if base.endswith(s):
+            base = base[: -len(s)]
+    for cand in (base, base[2:] if base.startswith("b_") else base):
+        if cand in nodes:
+            return cand
+    return None
+
+
+def _close(a: Scale, b: Scale, tol: float) -> bool:
+    aa = a if isinstance(a, tuple) else None
+    bb = b if isinstance(b, tuple) else None
+    if aa is None and bb is None:
+        return math.isclose(float(a), float(b), rel_tol=tol)  # type: ignore[arg-type]
+    xs = list(aa) if aa is not None else [a] * len(bb)  # type: ignore[arg-type]
+    ys = list(bb) if bb is not None else [b] * len(aa)  # type: ignore[arg-type]
+    return len(xs) == len(ys) and all(math.isclose(x, y, rel_tol=tol) for x, y in zip(xs, ys, strict=True))
+
+
+def _uniform(s: tuple[float, ...], tol: float) -> Scale:
+    return s[0] if all(math.isclose(x, s[0], rel_tol=tol) for x in s) else s
+
+
+def _mul(a: Scale, b: Scale) -> Scale:
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        n = len(a) if isinstance(a, tuple) else len(b)  # type: ignore[arg-type]
+        xs = a if isinstance(a, tuple) else (a,) * n
+        ys = b if isinstance(b, tuple) else (b,) * n
+        return tuple(x * y for x, y in zip(xs, ys, strict=True))
+    return a * b
+
+
+class Interpreter:
+    """Walks a TOSA program in order, giving each tensor a `Dom`, and records a
+    `Check` per obligation."""
+
+    def __init__(self, prog: TosaProgram, anchors: Anchors) -> None:
+        self.p, self.a = prog, anchors
+        self.dom: dict[str, Dom] = {}
+        self.why: dict[str, str] = {}  # tensor → why its scale is unknown
+        self.checks: list[Check] = []
+        self.clamps: list[tuple[TosaOp, Dom, int, int]] = []
+        self._prod = prog.producer()
+        self._cons: dict[str, list[TosaOp]] = {}
+        for op in prog.ops:
+            for i in op.inputs:
+                self._cons.setdefault(i, []).append(op)
+
+    # -- helpers ---------------------------------------------------------------
+    def node_of(self, op: TosaOp) -> str:
+        """The nearest PT2E-named tensor around `op` (breadth-first both ways)."""
+        seen: set[str] = set()
+        frontier = [*op.outputs, *op.inputs]
+        for _ in range(6):
+            nxt: list[str] = []
+            for t in frontier:
+                if t in seen:
+                    continue
+                seen.add(t)
+                n = _fx_name(t, self.a.nodes)
+                if n is not None and not n.startswith(("b__", "quantized_decomposed_")):
+                    return n
+                p = self._prod.get(t)
+                if p is not None:
+                    nxt += [*p.inputs]
+                for c in self._cons.get(t, []):
+                    nxt += [*c.outputs]
+            frontier = nxt
+        for t in [*op.outputs, *op.inputs]:
+            n = _fx_name(t, self.a.nodes)
+            if n is not None:
+                return n
+        return "?"
+
+    def check(self, op: TosaOp, ok: bool | None, msg: str, produced: Any = None, expected: Any = None) -> None:
+        def as_domain(d: Any) -> Domain | None:
+            return d.domain() if isinstance(d, Dom) else d
+
+        self.checks.append(
+            Check(ok, op.op, op.index, op.outputs[0] if op.outputs else "", self.node_of(op), msg,
+                  as_domain(produced), as_domain(expected))
+        )  # fmt: skip
+
+    def data(self, name: str) -> np.ndarray | None:
+        t = self.p.tensors.get(name)
+        return None if t is None else t.data
+
+    def scalar(self, name: str, unsigned: bool = False) -> int | None:
+        d = self.data(name)
+        if d is None or len(d) == 0:
+            return None
+        v = int(d[0])
+        return v & 0xFF if unsigned and self.p.tensors[name].dtype == "INT8" else v
+
+    def get(self, name: str) -> Dom:
+        if name in self.dom:
+            return self.dom[name]
+        t = self.p.tensors.get(name)
+        dtype = _QDTYPE.get(t.dtype, t.dtype.lower()) if t is not None else "?"
+        return Dom(dtype, None, None)
+
+    def unknown(self, name: str, dtype: str, why: str) -> None:
+        self.dom[name] = Dom(dtype, None, None)
+        self.why[name] = why
+
+    def out_dtype(self, op: TosaOp, unsigned: bool = False) -> str:
+        t = self.p.tensors[op.outputs[0]]
+        dt = _QDTYPE.get(t.dtype, t.dtype.lower())
+        return {"int8": "uint8", "int16": "uint16"}.get(dt, dt) if unsigned else dt
+
+    def zp_check(self, op: TosaOp, what: str, got: int | None, src: Dom, src_name: str) -> None:
+        if got is None:
+            self.check(op, None, f"{what} is not a constant in the artifact")
+        elif src.zp is None:
+            self.check(op, None, f"the zero point of {src_name} is not known here ({self.why.get(src_name, 'no anchor')})")
+        else:
+            ok = got == src.zp
+            self.check(op, ok, f"{what} is {got}; its input {src_name} is in {src}", None, src)
+
+    # -- the walk --------------------------------------------------------------
+    def run(self) -> list[Check]:
+        for name in self.p.inputs:
+            t = self.p.tensors[name]
+            d = self.a.inputs.get(name)
+            if d is None or d.is_float:
+                self.unknown(name, _QDTYPE.get(t.dtype, t.dtype.lower()), f"graph input {name} has no anchor")
+                if d is not None:
+                    self.dom[name] = Dom("float32", 1.0, 0)
+            else:
+                self.dom[name] = _dom_of(d)
+        for op in self.p.ops:
+            handler = getattr(self, f"op_{op.op}", None)
+            if op.op in _COPY:
+                self.copy(op)
+            elif op.op in _SAME_DOMAIN:
+                self.same_domain(op, op.outputs[0])
+            elif op.op in _COMPARE:
+                self.same_domain(op, None)
+            elif op.op in _CONV:
+                self.conv(op)
+            elif handler is not None:
+                handler(op)
+            elif op.op not in _NO_DATA:
+                for o in op.outputs:
+                    self.unknown(o, self.out_dtype(op), f"TOSA {op.op} #{op.index} is not interpreted by qflow")
+        self.activations()
+        self.edges()
+        return self.checks
+
+    def op_CONST(self, op: TosaOp) -> None:  # noqa: N802 (TOSA op names)
+        name = op.outputs[0]
+        d = self.a.consts.get(name)
+        t = self.p.tensors[name]
+        if d is not None:
+            self.dom[name] = _dom_of(d)
+        else:
+            self.unknown(name, _QDTYPE.get(t.dtype, t.dtype.lower()), f"constant {name} has no declared domain")
+
+    def copy(self, op: TosaOp) -> None:
+        src = self.get(op.inputs[0])
+        self.dom[op.outputs[0]] = replace_dtype(src, self.out_dtype(op), keep_unsigned=True)
+        if op.inputs[0] in self.why:
+            self.why[op.outputs[0]] = self.why[op.inputs[0]]
+        if op.op == "CLAMP":
+            t = self.p.tensors[op.inputs[0]]
+            fmt = _NP.get(t.dtype)
+            lo = int(np.frombuffer(op.attrs["min_bytes"], fmt)[0]) if fmt and op.attrs.get("min_bytes") else None
+            hi = int(np.frombuffer(op.attrs["max_bytes"], fmt)[0]) if fmt and op.attrs.get("max_bytes") else None
+            if lo is not None and hi is not None:
+                self.clamps.append((op, src, lo, hi))
+
+    def op_CONCAT(self, op: TosaOp) -> None:  # noqa: N802
+        self.same_domain(op, op.outputs[0])
+
+    def same_domain(self, op: TosaOp, out: str | None) -> None:
+        doms = [(i, self.get(i)) for i in op.inputs if self.p.tensors.get(i, None) is not None]
+        doms = [(i, d) for i, d in doms if self.p.tensors[i].dtype != "BOOL"]
+        if op.op == "SELECT":
+            doms = doms[1:]
+        first_name, first = doms[0]
+        for name, d in doms[1:]:
+            if d.scale is None or first.scale is None or d.zp is None or first.zp is None:
+                blocker = name if d.scale is None or d.zp is None else first_name
+                self.check(op, None, f"inputs {first_name} and {name} must share a domain, but "
+                                     f"{self.why.get(blocker, 'a scale is not known')}")  # fmt: skip
+            else:
+                ok = d.zp == first.zp and _close(d.scale, first.scale, max(d.tol, first.tol))
+                self.check(op, ok, f"inputs must share one domain: {first_name} is in {first}, {name} in {d}", d, first)
+        if out is not None:
+            self.dom[out] = replace_dtype(first, self.out_dtype(op))
+            if first_name in self.why:
+                self.why[out] = self.why[first_name]
+        else:
+            for o in op.outputs:
+                self.dom[o] = Dom("bool", 1.0, 0)
+
+    def op_SELECT(self, op: TosaOp) -> None:  # noqa: N802
+        self.same_domain(op, op.outputs[0])
+
+    def op_RESCALE(self, op: TosaOp) -> None:  # noqa: N802
+        x, mult, shift, in_zp_t, out_zp_t = op.inputs
+        iu, ou = bool(op.attrs.get("input_unsigned")), bool(op.attrs.get("output_unsigned"))
+        src = self.get(x)
+        in_zp = self.scalar(in_zp_t, iu)
+        out_zp = self.scalar(out_zp_t, ou)
+        self.zp_check(op, "RESCALE input_zp", in_zp, src, x)
+        m, s = self.data(mult), self.data(shift)
+        dtype = self.out_dtype(op, ou)
+        if m is None or s is None or out_zp is None:
+            self.unknown(op.outputs[0], dtype, f"RESCALE #{op.index} has non-constant parameters")
+            return
+        ratios = tuple(float(a) / 2.0 ** int(b) for a, b in zip(m, s, strict=True))
+        if any(r <= 0 for r in ratios):
+            self.check(op, False, f"RESCALE multiplier/shift {m.tolist()}/{s.tolist()} give a non-positive scale")
+            self.unknown(op.outputs[0], dtype, f"RESCALE #{op.index} has a non-positive multiplier")
+            return
+        tol = src.tol + (2.0**-30 if op.attrs.get("scale32", True) else 2.0**-14)
+        if src.scale is None:
+            self.dom[op.outputs[0]] = Dom(dtype, None, out_zp, tol)
+            self.why[op.outputs[0]] = self.why.get(x, f"the scale of {x} is not known")
+            return
+        n_in = len(src.scale) if isinstance(src.scale, tuple) else len(ratios)
+        if len(ratios) == 1:
+            scale: Scale = _mul(src.scale, 1.0 / ratios[0])
+        elif n_in != len(ratios):
+            self.check(op, False, f"RESCALE has {len(ratios)} per-channel ratios; its input {x} has {n_in} channels")
+            self.unknown(op.outputs[0], dtype, f"RESCALE #{op.index}: channel count mismatch")
+            return
+        else:
+            scale = _mul(src.scale, tuple(1.0 / r for r in ratios))
+        if isinstance(scale, tuple):
+            scale = _uniform(scale, tol + 1e-6)
+        self.dom[op.outputs[0]] = Dom(dtype, scale, out_zp, tol)
+
+    def conv(self, op: TosaOp) -> None:
+        x, w, b, in_zp_t, w_zp_t = op.inputs[:5]
+        src, wd, bd = self.get(x), self.get(w), self.get(b)
+        self.zp_check(op, f"{op.op} input_zp", self.scalar(in_zp_t), src, x)
+        self.zp_check(op, f"{op.op} weight_zp", self.scalar(w_zp_t), wd, w)
+        self.accumulate(op, src, x, wd, w)
+        acc = self.dom[op.outputs[0]]
+        if acc.scale is not None and bd.scale is not None:
+            ok = bd.zp == 0 and _close(bd.scale, acc.scale, max(acc.tol, 1e-5))
+            self.check(op, ok, f"the bias {b} must be in the accumulator's domain {acc}; it is in {bd}", bd, acc)
+
+    def accumulate(self, op: TosaOp, a: Dom, an: str, b: Dom, bn: str) -> None:
+        out = op.outputs[0]
+        dtype = self.out_dtype(op)
+        if a.scale is None or b.scale is None:
+            blocker = an if a.scale is None else bn
+            self.unknown(out, dtype, self.why.get(blocker, f"the scale of {blocker} is not known"))
+            return
+        self.dom[out] = Dom(dtype, _mul(a.scale, b.scale), 0, a.tol + b.tol)
+
+    def op_MATMUL(self, op: TosaOp) -> None:  # noqa: N802
+        a, b, a_zp, b_zp = op.inputs[:4]
+        da, db = self.get(a), self.get(b)
+        self.zp_check(op, "MATMUL A_zp", self.scalar(a_zp), da, a)
+        self.zp_check(op, "MATMUL B_zp", self.scalar(b_zp), db, b)
+        self.accumulate(op, da, a, db, b)
+
+    def op_MUL(self, op: TosaOp) -> None:  # noqa: N802
+        a, b = op.inputs[:2]
+        shift = self.scalar(op.inputs[2]) if len(op.inputs) > 2 else 0
+        da, db = self.get(a), self.get(b)
+        for n, d in ((a, da), (b, db)):
+            if d.zp is not None and d.dtype == "int32":
+                self.check(op, d.zp == 0, f"MUL reads {n} as int32 codes with zero point 0; it is in {d}", d)
+        self.accumulate(op, da, a, db, b)
+        out = self.dom[op.outputs[0]]
+        if out.scale is not None and shift is not None:
+            self.dom[op.outputs[0]] = Dom(out.dtype, _mul(out.scale, 2.0**shift), 0, out.tol)
+
+    def _zp_only(self, op: TosaOp, in_zp_t: str, out_zp_t: str) -> None:
+        x = op.inputs[0]
+        src = self.get(x)
+        self.zp_check(op, f"{op.op} input_zp", self.scalar(in_zp_t), src, x)
+        out_zp = self.scalar(out_zp_t)
+        self.dom[op.outputs[0]] = Dom(self.out_dtype(op), src.scale, out_zp, src.tol)
+        if x in self.why:
+            self.why[op.outputs[0]] = self.why[x]
+
+    def op_AVG_POOL2D(self, op: TosaOp) -> None:  # noqa: N802
+        self._zp_only(op, op.inputs[1], op.inputs[2])
+
+    def op_NEGATE(self, op: TosaOp) -> None:  # noqa: N802
+        self._zp_only(op, op.inputs[1], op.inputs[2])
+
+    def op_PAD(self, op: TosaOp) -> None:  # noqa: N802
+        x = op.inputs[0]
+        src = self.get(x)
+        if len(op.inputs) > 2 and self.p.tensors[x].dtype.startswith("INT"):
+            self.zp_check(op, "PAD pad_const", self.scalar(op.inputs[2]), src, x)
+        self.dom[op.outputs[0]] = src
+        if x in self.why:
+            self.why[op.outputs[0]] = self.why[x]
+
+    def op_REDUCE_SUM(self, op: TosaOp) -> None:  # noqa: N802
+        src = self.get(op.inputs[0])
+        if src.zp is not None:
+            self.check(op, src.zp == 0, f"REDUCE_SUM adds codes: its input must have zero point 0; it is in {src}", src)
+        self.copy(op)
+
+    def op_CAST(self, op: TosaOp) -> None:  # noqa: N802
+        src_t, dst_t = self.p.tensors[op.inputs[0]].dtype, self.p.tensors[op.outputs[0]].dtype
+        if src_t.startswith("INT") and dst_t.startswith("INT"):
+            self.copy(op)
+        else:
+            self.unknown(op.outputs[0], self.out_dtype(op), f"CAST {src_t} → {dst_t} leaves the integer domains")
+
+    def op_RESIZE(self, op: TosaOp) -> None:  # noqa: N802
+        src = self.get(op.inputs[0])
+        if op.attrs.get("mode") == 1:  # NEAREST copies codes
+            self.copy(op)
+            return
+        sc = self.data(op.inputs[1]) if len(op.inputs) > 1 else None
+        if sc is None or len(sc) < 4 or src.scale is None:
+            self.unknown(op.outputs[0], self.out_dtype(op), f"bilinear RESIZE #{op.index}: scale not readable")
+            return
+        self.dom[op.outputs[0]] = Dom(self.out_dtype(op), _mul(src.scale, 1.0 / float(sc[0] * sc[2])), src.zp, src.tol)
+
+    def op_TABLE(self, op: TosaOp) -> None:  # noqa: N802
+        x, table = op.inputs[:2]
+        out = op.outputs[0]
+        node = _fx_name(table, self.a.nodes)
+        src = self.get(x)
+        dom_in, dom_out = self.a.node_in.get(node or ""), self.a.node_out.get(node or "")
+        fn = self.a.ops.get(node or "")
+        dtype = self.out_dtype(op)
+        if node is None or dom_in is None or dom_out is None or fn is None:
+            self.check(op, None, f"TABLE {table}: the op it tabulates and its domains are not declared")
+            self.unknown(out, dtype, f"TABLE #{op.index} has no declared output domain")
+            return
+        if src.scale is not None and src.zp is not None:
+            ok = src.zp == dom_in.zero_point and _close(src.scale, dom_in.scale, src.tol)  # type: ignore[arg-type]
+            self.check(op, ok, f"TABLE reads codes in {src}; {node} declares its input {dom_in}", src, dom_in)
+        entries = self.data(table)
+        if entries is None or self.p.tensors[table].dtype != "INT8":
+            self.check(op, None, f"TABLE {table} is not an int8 table (int16 tables are not recomputed)")
+        else:
+            want = _table8(fn, dom_in, dom_out)
+            bad = [i for i in range(256) if int(entries[i]) != want[i]]
+            msg = (
+                f"TABLE entries for {node} recomputed from {dom_in} → {dom_out}: "
+                + (f"{len(bad)} of 256 differ (code {bad[0] - 128}: {int(entries[bad[0]])} vs {want[bad[0]]})" if bad
+                   else "all 256 equal")
+            )  # fmt: skip
+            self.check(op, not bad, msg, None, dom_out)
+        self.dom[out] = _dom_of(dom_out)
+
+    # -- activations and edges ---------------------------------------------------
+    def activations(self) -> None:
+        """Each CLAMP must be an activation the PT2E program asked for; each
+        activation that cuts into the code range must have its CLAMP."""
+        from qflow.integrations.activations import code, exact
+
+        def bounds(act: Activation, d: Domain) -> tuple[int, int]:
+            lo = max(d.qmin, int(code(d, act.lo, -math.inf))) if act.lo is not None else d.qmin
+            hi = min(d.qmax, int(code(d, act.hi, math.inf))) if act.hi is not None else d.qmax
+            return lo, hi
+
+        realised: set[int] = set()
+        for op, src, lo, hi in self.clamps:
+            d = src.domain()
+            if d is None:
+                self.check(op, None, f"CLAMP [{lo}, {hi}] reads codes whose domain is not known here")
+                continue
+            hits = [k for k, a in enumerate(self.a.activations) if _same_grid(a.domain, d) and bounds(a, d) == (lo, hi)]
+            full = (lo, hi) == _RANGE.get(d.dtype)
+            realised.update(hits)
+            asked = ", ".join(f"{a.node} {bounds(a, a.domain)}" for a in self.a.activations) or "none"
+            self.check(op, bool(hits) or full,
+                       f"CLAMP [{lo}, {hi}] in {src} is no activation the PT2E program asks for (activations: {asked})",
+                       src)  # fmt: skip
+        for k, act in enumerate(self.a.activations):
+            if k in realised or exact(act.domain, act.lo, act.hi):
+                continue
+            lo, hi = bounds(act, act.domain)
+            have = [(op.index, lo_, hi_) for op, s, lo_, hi_ in self.clamps if _same_grid(act.domain, s.domain())]
+            op = TosaOp(-1, "CLAMP", (), (act.node,))
+            self.checks.append(
+                Check(False, "CLAMP", -1, "(missing)", act.node,
+                      f"{act.node} asks for codes in [{lo}, {hi}] of {act.domain} (its bounds cut into the code range), "
+                      f"but no CLAMP in the artifact enforces them (clamps present: {have or 'none'}): "
+                      "the activation was dropped", None, act.domain)
+            )  # fmt: skip
+            del op
+
+    def edges(self) -> None:
+        for i, name in enumerate(self.p.outputs):
+            d = self.get(name)
+            expected, where = self.a.outputs[i] if i < len(self.a.outputs) else (None, "")
+            op = self._prod.get(name) or TosaOp(-1, "OUTPUT", (), (name,))
+            edge = TosaOp(op.index, op.op, op.inputs, op.outputs)
+            if expected is None:
+                self.check(edge, None, f"output {i} ({name}): the parent declares no domain for it")
+                continue
+            if expected.is_float:
+                ok = d.dtype.startswith("float")
+                self.check(edge, ok, f"output {i} ({name}) writes {d.dtype} codes in {d}, but {where} reads "
+                                     f"{expected.dtype} real numbers", d, FLOAT)  # fmt: skip
+                continue
+            if d.scale is None or d.zp is None:
+                self.check(edge, None, f"output {i} ({name}) must be in {expected} ({where}), but "
+                                       f"{self.why.get(name, 'its scale is not known')}")  # fmt: skip
+                continue
+            zp = expected.zero_point if not isinstance(expected.zero_point, tuple) else expected.zero_point[0]
+            dt_ok = d.dtype == expected.dtype
+            ok = dt_ok and d.zp == zp and _close(d.scale, expected.scale, max(d.tol, 1e-5))  # type: ignore[arg-type]
+            self.check(edge, ok, f"output {i} ({name}) holds codes in {d}; {where} reads them in {expected}",
+                       d, expected)  # fmt: skip
+
+
+def _same_grid(a: Domain | None, b: Domain | None) -> bool:
+    if a is None or b is None or a.per_channel or b.per_channel:
+        return False
+    return a.zero_point == b.zero_point and math.isclose(a.scale, b.scale, rel_tol=1e-5)  # type: ignore[arg-type]
+
+
+def replace_dtype(d: Dom, dtype: str, keep_unsigned: bool = False) -> Dom:
+    if keep_unsigned and d.dtype in ("uint8", "uint16"):
+        return d
+    return Dom(dtype, d.scale, d.zp, d.tol)
+
+
+def _table8(fn: Any, dom_in: Domain, dom_out: Domain) -> list[int]:
+    """The int8 TABLE the op `fn` needs between two declared domains (the
+    quantized_decomposed reference ops, as the backend's own generator)."""
+    import torch
+
+    q = torch.ops.quantized_decomposed
+    codes = torch.arange(-128, 128, dtype=torch.int8).clamp(dom_in.qmin, dom_in.qmax)
+    x = q.dequantize_per_tensor(codes, dom_in.scale, dom_in.zero_point, dom_in.qmin, dom_in.qmax, torch.int8)
+    y = fn(x)
+    out = q.quantize_per_tensor(y, dom_out.scale, dom_out.zero_point, dom_out.qmin, dom_out.qmax, torch.int8)
+    return [int(v) for v in out.tolist()]
+
+
+def validate(prog: TosaProgram, anchors: Anchors) -> list[Check]:
+    """Every obligation of one TOSA program against what the PT2E side declares."""
+    return Interpreter(prog, anchors).run()
+
+
+# ---------------------------------------------------------------------------
+# Anchors from a lowered ExecuTorch program
+# ---------------------------------------------------------------------------
+
+_ACTS = {"relu": (0.0, None), "relu_": (0.0, None), "relu6": (0.0, 6.0)}
+_HARDTANH = {"hardtanh", "hardtanh_", "clamp", "clamp_"}
+
+
+def _qdq(node: Any, consts: Any) -> Domain | None:
+    from qflow.integrations.fx import qdq_domain
+
+    try:
+        return qdq_domain(node, consts)
+    except Exception:  # unreadable arguments: no anchor
+        return None
+
+
+def partition_anchors(ep: Any) -> Anchors:
+    """Domains the partition program (Q/DQ intact) declares, by FX node name."""
+    from qflow.integrations.fx import _Consts, target_name
+    from qflow.ops import OpClass, base_name, classify
+
+    consts = _Consts(ep.graph_module, ep)
+    a = Anchors(inputs={}, outputs=[], consts={})
+    for n in ep.graph.nodes:
+        a.nodes.add(n.name)
+        if n.op != "call_function":
+            continue
+        cls = classify(target_name(n))
+        if cls is OpClass.DEQUANTIZE and n.args and hasattr(n.args[0], "op") and n.args[0].op == "placeholder":
+            d = _qdq(n, consts)
+            if d is not None:
+                a.consts.setdefault(n.args[0].name, d)
+            continue
+        if cls in (OpClass.QUANTIZE, OpClass.DEQUANTIZE):
+            continue
+        qs = [u for u in n.users if classify(target_name(u)) is OpClass.QUANTIZE]
+        dqs = [x for x in n.args if hasattr(x, "op") and classify(target_name(x)) is OpClass.DEQUANTIZE]
+        out = _qdq(qs[0], consts) if qs else None
+        inp = _qdq(dqs[0], consts) if dqs else None
+        if out is not None:
+            a.node_out[n.name] = out
+        if inp is not None:
+            a.node_in[n.name] = inp
+        a.ops[n.name] = n.target
+        name = base_name(target_name(n))
+        # the weight domain of a conv/linear, for rewritten weight tensors
+        if len(dqs) > 1 and (d := _qdq(dqs[1], consts)) is not None:
+            a.consts.setdefault(n.name, d)
+        if out is not None and (name in _ACTS or name in _HARDTANH):
+            if name in _ACTS:
+                lo, hi = _ACTS[name]
+            else:
+                lo = n.args[1] if len(n.args) > 1 else (-1.0 if name.startswith("hardtanh") else None)
+                hi = n.args[2] if len(n.args) > 2 else (1.0 if name.startswith("hardtanh") else None)
+                lo = n.kwargs.get("min", lo)
+                hi = n.kwargs.get("max", hi)
+            if isinstance(lo, (int, float, type(None))) and isinstance(hi, (int, float, type(None))):
+                a.activations.append(Activation(n.name, lo, hi, out))
+    return a
+
+
+def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anchors:
+    """Anchors of one delegate call: the partition's declarations plus the
+    parent's quantize (inputs) and dequantize (outputs) arguments."""
+    from qflow.integrations.fx import _Consts, target_name
+    from qflow.ops import OpClass, classify
+
+    ep = lowered.original_module
+    a = partition_anchors(ep)
+    parent = _Consts(gm, None)
+    user_inputs = list(ep.graph_signature.user_inputs)
+    fed = list(call.args[1:])
+    # the const map also covers rewritten names (aten_convolution_default → its weight)
+    declared = a.consts
+    # a constant the serializer kept under its placeholder's name; the others by content
+    a.consts = {t: declared[t] for t in prog.tensors if t in declared and t in ph_names(ep)}
+    _match_by_content(a, declared, ep, prog)
+    ph_nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    for i, ph in enumerate(user_inputs):
+        d: Domain | None = None
+        arg = fed[i] if i < len(fed) else None
+        if arg is not None and hasattr(arg, "op") and arg.op == "call_function":
+            if classify(target_name(arg)) is OpClass.QUANTIZE:
+                d = _qdq(arg, parent)
+        val = getattr(arg, "meta", {}).get("val") if arg is not None else None
+        if d is None and getattr(getattr(val, "dtype", None), "is_floating_point", False):
+            d = FLOAT
+        if d is None and ph in ph_nodes:  # fed by another delegate: the partition's own reading
+            dq = [u for u in ph_nodes[ph].users if classify(target_name(u)) is OpClass.DEQUANTIZE]
+            d = _qdq(dq[0], _Consts(ep.graph_module, ep)) if dq else None
+        a.inputs[ph] = d
+    # outputs: the parent's dequantize of each getitem; else the partition's own output quantize
+    outs = ep.graph.output_node().args[0]
+    getitems: dict[int, list[Any]] = {}
+    for u in call.users:
+        if base_name_is_getitem(u) and isinstance(u.args[1], int):
+            getitems.setdefault(u.args[1], []).append(u)
+    for i, o in enumerate(outs):
+        exp: Domain | None = None
+        where = ""
+        for g in getitems.get(i, []):
+            dqs = [x for x in g.users if x.op == "call_function" and classify(target_name(x)) is OpClass.DEQUANTIZE]
+            others = [x for x in g.users if x not in dqs]
+            val = g.meta.get("val")
+            if dqs:
+                exp, where = _qdq(dqs[0], parent), f"the parent's dequantize {dqs[0].name}"
+            elif others and getattr(getattr(val, "dtype", None), "is_floating_point", False):
+                exp, where = FLOAT, f"the parent graph ({g.name} is {val.dtype}, used by {others[0].name})"
+        if exp is None and hasattr(o, "op") and classify(target_name(o)) is OpClass.QUANTIZE:
+            exp, where = _qdq(o, _Consts(ep.graph_module, ep)), f"the partition's output quantize {o.name}"
+        a.outputs.append((exp, where))
+    return a
+
+
+def ph_names(ep: Any) -> set[str]:
+    return {n.name for n in ep.graph.nodes if n.op == "placeholder"}
+
+
+def _match_by_content(a: Anchors, declared: dict[str, Domain], ep: Any, prog: TosaProgram) -> None:
+    """Rewritten weights (``…_weight_ohwi`` of a linear the backend made a conv)
+    keep no PT2E name, but they are a permutation of a quantized parameter:
+    link each unnamed constant to the one parameter with the same values."""
+    from qflow.integrations.fx import _Consts
+
+    consts = _Consts(ep.graph_module, ep)
+    params: dict[tuple[int, bytes], list[str]] = {}
+    for n in ep.graph.nodes:
+        if n.op != "placeholder" or n.name not in declared:
+            continue
+        t = consts.tensor(n)
+        if t is None or t.dtype.is_floating_point:
+            continue
+        key = (t.numel(), np.sort(t.detach().reshape(-1).numpy().astype(np.int64)).tobytes())
+        params.setdefault(key, []).append(n.name)
+    for name, t in prog.tensors.items():
+        if name in a.consts or t.data is None or t.dtype not in ("INT8", "INT16", "INT32", "INT4"):
+            continue
+        hits = params.get((len(t.data), np.sort(t.data).tobytes()), [])
+        if len({declared[h] for h in hits}) == 1:  # ambiguous matches anchor nothing
+            a.consts[name] = declared[hits[0]]
+
+
+def base_name_is_getitem(n: Any) -> bool:
+    return n.op == "call_function" and "getitem" in str(n.target)
+
+
+def check_delegate(gm: Any, call: Any, lowered: Any) -> list[Check] | None:
+    """The artifact checks of one delegate call, or None if it is no TOSA flatbuffer."""
+    if getattr(lowered, "backend_id", None) not in ("TOSABackend", "VgfBackend"):
+        return None
+    try:
+        prog = read(bytes(lowered.processed_bytes))
+    except Exception:  # a VGF blob or another payload: no TOSA flatbuffer to read
+        return None
+    return validate(prog, delegate_anchors(gm, call, lowered, prog))
+
+
+# ---------------------------------------------------------------------------
+# Into the domain graph: the "TOSA artifact" evidence
+# ---------------------------------------------------------------------------
+
+KIND = "tosa-artifact-mismatch"
+
+
+def add_evidence(dg: Any, prefix: str, call_name: str, checks: Iterable[Check]) -> None:
+    """One obligation per check, reported at ``<prefix>/tosa:<tensor>``;
+    undecidable checks become unproven obligations (never proved)."""
+    from qflow.graph import Definition, DefKind, Obligation, ObligationKind, Value
+    from qflow.ops import OpClass
+
+    for k, c in enumerate(checks):
+        node = f"{prefix}/tosa#{c.index}:{c.tensor}"
+        text = f"TOSA artifact of {call_name}: {c.where}: {c.message}"
+        if node not in dg.g:
+            dg.add_value(Value(node, f"tosa.{c.op}", OpClass.COMPUTE, Definition(DefKind.FREE, reason="TOSA artifact")))
+        if c.ok is None:
+            blocker = f"{node}?{k}"
+            dg.add_value(
+                Value(blocker, f"tosa.{c.op}", OpClass.UNKNOWN,
+                      Definition(DefKind.FREE, blocking=True, reason=text))
+            )  # fmt: skip
+            dg.oblige(
+                Obligation(ObligationKind.USE, node=node, value=blocker, expected=c.expected or FLOAT,
+                           expected_real=False, arg=f"TOSA {c.op} #{c.index}", finding_kind=KIND)
+            )  # fmt: skip
+            continue
+        dg.oblige(
+            Obligation(ObligationKind.STRUCTURAL, node=node, value=node, expected=c.expected, holds=c.ok,
+                       finding_kind=KIND, arg=f"TOSA {c.op} #{c.index}",
+                       detail=text + (f" (produced {_fmt(c.produced)}, expected {_fmt(c.expected)})"
+                                      if c.produced or c.expected else ""))
+        )  # fmt: skip
+
+
+def analyze_artifact(obj: Any, name: str = "") -> Any:
+    """Prove the TOSA artifacts of a lowered program alone (graph checks off):
+    a Report whose every obligation comes from the flatbuffers."""
+    from qflow.analysis import analyze_graph
+    from qflow.graph import DomainGraph
+    from qflow.integrations.delegate import lowered_module
+    from qflow.integrations.fx import target_name
+    from qflow.integrations.load import graph_module_of
+    from qflow.ops import OpClass, classify
+
+    gm, _ = graph_module_of(obj)
+    dg = DomainGraph(form="artifact")
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and classify(target_name(n)) is OpClass.DELEGATE:
+            lm = lowered_module(gm, n)
+            checks = check_delegate(gm, n, lm) if lm is not None else None
+            if checks is None:
+                dg.notes.append(f"{n.name}: {getattr(lm, 'backend_id', '?')} carries no TOSA flatbuffer")
+                continue
+            add_evidence(dg, str(n.args[0].name), n.name, checks)
+    return analyze_graph(dg, name=name)
+

@@ -1,0 +1,98 @@
+"""Contracts are measured, not believed.
+
+Every single-op program of `probe.CASES` is quantized with the target's stock
+quantizer, its output domain moved away from its input's (zero point only, then
+scale only), lowered with the real backend and run (TOSA reference model /
+ExecuTorch runtime with the XNNPACK delegate). The target's contract must
+predict what the backend did:
+
+* RESCALE   → exact (within 1 LSB) whatever the output domain;
+* ZP_ONLY   → exact when only the zero point moves, wrong (or refused) when the scale does;
+* CODE_COPY → wrong or refused whenever the output domain moves;
+* CPU_FLOAT → the partitioner leaves the op on the CPU (exact);
+
+and the stock annotation must lower exactly. When an ExecuTorch upgrade changes
+a lowering, this fails, not a user. Each target's table is one batched program
+per variant (`probe.measure_batch`), built once per session.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import probe  # noqa: E402
+
+from qflow import targets  # noqa: E402
+from qflow.ops import OpClass, classify  # noqa: E402
+from qflow.targets import OpRule  # noqa: E402
+
+WRONG = {probe.MISCOMPILE, probe.REFUSED_LOWERING, probe.REFUSED_LOAD}
+
+#: Ops the Arm partitioner does not delegate on their own (a partition of no-op
+#: nodes is rejected); in the batch they share a partition with the other cases.
+CASE_NAMES = [c.name for c in probe.CASES]
+
+
+def expected_rule(target: str, op: str) -> OpRule:
+    """The target's rule, or the PT2E default qflow applies without one."""
+    rule = targets.get(target).rule(op)
+    if rule is not None:
+        return rule
+    return OpRule.RESCALE if classify(op) is OpClass.COMPUTE else OpRule.CODE_COPY
+
+
+def _table(backend: probe.Backend, custom_forced: bool) -> dict[tuple[str, str], probe.Measurement]:
+    table = {}
+    for variant in probe.VARIANTS:
+        custom = custom_forced and variant != "stock"
+        for m in probe.measure_batch(backend, list(probe.CASES), variant, custom=custom):
+            table[(m.case, variant)] = m
+    return table
+
+
+@pytest.fixture(scope="session")
+def arm_table() -> dict[tuple[str, str], probe.Measurement]:
+    pytest.importorskip("tosa_reference_model")
+    return _table(probe.ArmBackend(), custom_forced=False)
+
+
+@pytest.fixture(scope="session")
+def xnnpack_table() -> dict[tuple[str, str], probe.Measurement]:
+    # Forced variants annotate ops the stock XNNPACKQuantizer leaves float (a custom annotation).
+    return _table(probe.XnnpackBackend(), custom_forced=True)
+
+
+def check(table: dict[tuple[str, str], probe.Measurement], target: str, case: probe.Case) -> None:
+    stock, zp, scale = (table[(case.name, v)] for v in probe.VARIANTS)
+    rule = expected_rule(target, case.op)
+    where = f"{target} {case.name} (rule {rule.name}): " + ", ".join(
+        f"{m.variant}={m.outcome} {m.lsb} {m.detail}".strip() for m in (stock, zp, scale)
+    )
+    assert stock.outcome in (probe.EXACT, probe.CPU), where
+    if zp.outcome == probe.NOT_QUANTIZED:
+        pytest.fail(f"the probe could not quantize the op's output: {where}")
+    if rule is OpRule.CPU_FLOAT:
+        assert zp.outcome == probe.CPU and scale.outcome == probe.CPU, where
+        return
+    assert zp.outcome != probe.CPU and scale.outcome != probe.CPU, f"op left on the CPU: {where}"
+    if rule is OpRule.RESCALE:
+        assert zp.outcome == probe.EXACT and scale.outcome == probe.EXACT, where
+    elif rule is OpRule.ZP_ONLY:
+        assert zp.outcome == probe.EXACT and scale.outcome in WRONG, where
+    else:  # CODE_COPY
+        assert zp.outcome in WRONG and scale.outcome in WRONG, where
+
+
+@pytest.mark.parametrize("case", probe.CASES, ids=CASE_NAMES)
+def test_arm_tosa_contract(arm_table, case: probe.Case) -> None:
+    check(arm_table, "arm-tosa", case)
+
+
+@pytest.mark.parametrize("case", probe.CASES, ids=CASE_NAMES)
+def test_xnnpack_contract(xnnpack_table, case: probe.Case) -> None:
+    check(xnnpack_table, "xnnpack", case)
