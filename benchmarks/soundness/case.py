@@ -286,7 +286,8 @@ def _summ(report: Any) -> dict[str, Any]:
         "verdict": verdict(report),
         "obligations": dict(report.obligations),
         "findings": [
-            {"kind": f.kind, "node": f.node, "severity": f.severity, "status": f.status} for f in report.findings
+            {"kind": f.kind, "node": f.node, "severity": f.severity, "status": f.status, "message": f.message[:400]}
+            for f in report.findings
         ],
     }
 
@@ -330,7 +331,16 @@ def _timed(rec: dict[str, Any], key: str, fn: Callable[[], Any]) -> Any:
 
 
 def _err(e: BaseException) -> str:
-    return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+    """One line: the exception and, for wrapped ones (ExecuTorch's pass manager), the root cause."""
+
+    def line(x: BaseException) -> str:
+        text = str(x).strip()
+        return f"{type(x).__name__}: {text.splitlines()[0][:200] if text else ''}"
+
+    root = e
+    while (root.__cause__ or root.__context__) is not None and root is not (root.__cause__ or root.__context__):
+        root = root.__cause__ or root.__context__  # type: ignore[assignment]
+    return line(e) if root is e else f"{line(root)} (in {line(e)[:120]})"
 
 
 def _qflow(rec: dict[str, Any], key: str, fn: Callable[[], Any]) -> Any:
