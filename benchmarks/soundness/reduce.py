@@ -31,9 +31,9 @@ from gen import SpecModel, describe, generate  # noqa: E402
 Spec = dict[str, Any]
 
 
-def mismatch(rec: dict[str, Any]) -> str | None:
-    """'miss', 'false-alarm', 'repair-crash' or None for a case record."""
-    v = rec.get("qflow", {}).get("pre", {}).get("verdict")
+def mismatch(rec: dict[str, Any], form: str = "pre") -> str | None:
+    """'miss', 'false-alarm', 'repair-crash' or None for a case record (verdict of qflow's `form`)."""
+    v = rec.get("qflow", {}).get(form, {}).get("verdict")
     if (rec.get("repair") or {}).get("status") == "crash":
         return "repair-crash"
     if rec.get("outcome") == "miscompile" and v != "error":
@@ -108,11 +108,13 @@ def candidates(spec: Spec) -> list[Spec]:
     return [s for s in out if valid(s)]
 
 
-def reduce(cid: str, spec: Spec | None = None, kind: str = "auto", log: Any = print) -> tuple[Spec, dict[str, Any]]:
+def reduce(
+    cid: str, spec: Spec | None = None, kind: str = "auto", log: Any = print, form: str = "pre"
+) -> tuple[Spec, dict[str, Any]]:
     spec = dce(copy.deepcopy(spec if spec is not None else generate(case.parse_id(cid)[0])))
     repair = kind == "repair-crash"
     rec = case.run_case(cid, spec=spec, repair=repair)
-    found = mismatch(rec)
+    found = mismatch(rec, form)
     if found is None or (kind != "auto" and found != kind):
         raise SystemExit(f"{cid}: no {kind} to reduce (outcome {rec.get('outcome')}, verdict {rec.get('verdict')})")
     log(f"{cid}: {found}, {len(spec['ops'])} ops")
@@ -121,7 +123,7 @@ def reduce(cid: str, spec: Spec | None = None, kind: str = "auto", log: Any = pr
         progress = False
         for cand in candidates(spec):
             r = case.run_case(cid, spec=cand, repair=repair)
-            if mismatch(r) == found:
+            if mismatch(r, form) == found:
                 spec, rec, progress = cand, r, True
                 log(
                     f"  -> {len(spec['ops'])} ops, {len(spec['inputs'])} inputs "
@@ -136,13 +138,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("id")
     ap.add_argument("--kind", choices=["auto", "miss", "false-alarm", "repair-crash"], default="auto")
     ap.add_argument("--out-dir", type=Path, default=HERE / "reduced")
+    ap.add_argument("--form", default="pre", help="whose verdict: pre (default), annotated, folded, lowered")
     ap.add_argument("--spec", type=Path, help="start from this spec file (e.g. an earlier reduction)")
     a = ap.parse_args(argv)
     start = json.loads(a.spec.read_text()).get("spec") if a.spec else None
-    spec, rec = reduce(a.id, spec=start, kind=a.kind)
+    spec, rec = reduce(a.id, spec=start, kind=a.kind, form=a.form)
     a.out_dir.mkdir(parents=True, exist_ok=True)
-    path = a.out_dir / f"{a.id}.json"
-    doc = {"id": a.id, "kind": mismatch(rec), "description": describe(spec), "spec": spec, "record": rec}
+    path = a.out_dir / (f"{a.id}.json" if a.form == "pre" else f"{a.id}.{a.form}.json")
+    doc = {
+        "id": a.id,
+        "form": a.form,
+        "kind": mismatch(rec, a.form),
+        "description": describe(spec),
+        "spec": spec,
+        "record": rec,
+    }
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(describe(spec))
     print(f"written {path}")
