@@ -31,7 +31,6 @@ CASES: dict[str, tuple[str, str]] = {
         "reduced campaign miss: clamp(min=0.5) -> neg; TOSA NEGATE drops the scale (20 LSB)",
     ),
     "00001-arm-pt": ("exact", "conv3x3, hardtanh, cat/stack, upsample, per-tensor: proved and exact"),
-    "00004-xnn": ("exact", "XNNPACK: linear, conv1x1, relu/relu6/clamp, pools, sigmoid/tanh: proved and exact"),
 }
 # Cases where qflow is wrong today (the campaign's open findings).
 KNOWN_WRONG: dict[str, str] = {
