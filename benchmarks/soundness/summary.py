@@ -40,6 +40,8 @@ def load(paths: list[Path]) -> list[dict[str, Any]]:
         for line in p.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
+                if "CaseTimeout" in (r.get("error") or ""):  # a stage wrapped the case's time limit
+                    r["outcome"] = "timeout"
                 recs[r["id"]] = r  # the last run of an id wins
     return sorted(recs.values(), key=lambda r: r["id"])
 
