@@ -307,7 +307,7 @@ def analyze(obj: Any, target: str | None = None, **kw: Any) -> Any:
 
 
 def qflow_revision() -> str:
-    """The qflow commit the case ran with (+ "-dirty" when its files differ from it)."""
+    """The last commit that changed qflow/ (+ "-dirty" when its files differ from it)."""
     import subprocess
     from pathlib import Path
 
@@ -315,7 +315,7 @@ def qflow_revision() -> str:
 
     where = Path(qflow.__file__).resolve().parent
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=where, capture_output=True, text=True)
+        rev = subprocess.run(["git", "log", "-1", "--format=%h", "--", "."], cwd=where, capture_output=True, text=True)
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=where, capture_output=True, text=True)
         return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except OSError:
