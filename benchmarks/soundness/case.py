@@ -286,18 +286,40 @@ def _summ(report: Any) -> dict[str, Any]:
         "verdict": verdict(report),
         "obligations": dict(report.obligations),
         "findings": [
-            {"kind": f.kind, "node": f.node, "severity": f.severity, "status": f.status} for f in report.findings
+            {"kind": f.kind, "node": f.node, "severity": f.severity, "status": f.status, "message": f.message[:400]}
+            for f in report.findings
         ],
     }
 
 
+def _with_target(fn: Callable[..., Any], target: str | None) -> Callable[..., Any]:
+    """`fn` (qflow.analyze / repair) with `target=` where this checkout's qflow accepts it."""
+    if target is None or "target" not in inspect.signature(fn).parameters:
+        return fn
+    return lambda *a, **kw: fn(*a, target=target, **kw)
+
+
 def analyze(obj: Any, target: str | None = None, **kw: Any) -> Any:
-    """`qflow.analyze` with `target=` once the lead's parameter exists on this checkout."""
+    """`qflow.analyze`, for the backend's target once the parameter exists."""
     import qflow
 
-    if target is not None and "target" in inspect.signature(qflow.analyze).parameters:
-        kw["target"] = target
-    return qflow.analyze(obj, **kw)
+    return _with_target(qflow.analyze, target)(obj, **kw)
+
+
+def qflow_revision() -> str:
+    """The last commit that changed qflow/ (+ "-dirty" when its files differ from it)."""
+    import subprocess
+    from pathlib import Path
+
+    import qflow
+
+    where = Path(qflow.__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "log", "-1", "--format=%h", "--", "."], cwd=where, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=where, capture_output=True, text=True)
+        return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except OSError:
+        return "unknown"
 
 
 def _timed(rec: dict[str, Any], key: str, fn: Callable[[], Any]) -> Any:
@@ -309,7 +331,16 @@ def _timed(rec: dict[str, Any], key: str, fn: Callable[[], Any]) -> Any:
 
 
 def _err(e: BaseException) -> str:
-    return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+    """One line: the exception and, for wrapped ones (ExecuTorch's pass manager), the root cause."""
+
+    def line(x: BaseException) -> str:
+        text = str(x).strip()
+        return f"{type(x).__name__}: {text.splitlines()[0][:200] if text else ''}"
+
+    root = e
+    while (root.__cause__ or root.__context__) is not None and root is not (root.__cause__ or root.__context__):
+        root = root.__cause__ or root.__context__  # type: ignore[assignment]
+    return line(e) if root is e else f"{line(root)} (in {line(e)[:120]})"
 
 
 def _qflow(rec: dict[str, Any], key: str, fn: Callable[[], Any]) -> Any:
@@ -334,6 +365,7 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
     rec: dict[str, Any] = {"id": cid, "variant": variant, "target": target_of(variant), "n_ops": len(spec["ops"])}
     rec["ops"] = sorted({op["kind"] for op in spec["ops"]})
     rec["qflow"] = {}
+    rec["qflow_rev"] = qflow_revision()
     t0 = time.perf_counter()
     rng = random.Random(index * 7919 + 17)
     samples = sample_inputs(spec, N_CALIB, seed=index)
@@ -375,7 +407,7 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
     if lowered is not None:
         edge, partitions = lowered
         if partitions:
-            reports = [_qflow(rec, f"folded{i}", lambda p=p: analyze(p)) for i, p in enumerate(partitions)]
+            reports = [_qflow(rec, f"folded{i}", lambda p=p: analyze(p, target)) for i, p in enumerate(partitions)]
             verdicts = [rec["qflow"][f"folded{i}"]["verdict"] for i in range(len(reports))]
             rec["qflow"]["folded"] = {"verdict": _worst(verdicts), "partitions": len(partitions)}
             for i in range(len(reports)):
@@ -442,7 +474,7 @@ def _repair(
     rep: dict[str, Any] = {}
     rec["repair"] = rep
     try:
-        fixed = _timed(rec, "repair", lambda: qflow.repair(copy.deepcopy(exported)))
+        fixed = _timed(rec, "repair", lambda: _with_target(qflow.repair, target_of(variant))(copy.deepcopy(exported)))
     except qflow.ProofError as e:
         rep["status"] = "unrepairable"
         rep["error"] = _err(e)

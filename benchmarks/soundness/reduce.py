@@ -7,7 +7,8 @@ qflow before partitioning, lower, run on the backend): a *miss* is a
 miscompile without an error verdict, a *false alarm* an exact run with one.
 Steps, tried greedily until none applies: drop an op (its users read its
 first argument instead), drop an output, merge the second input into the
-first, drop dead ops. The result goes to `reduced/<id>.json` (the spec, the
+first, drop dead ops. `--kind repair-crash` shrinks a case whose
+`qflow.repair` crashes instead. The result goes to `reduced/<id>.json` (the spec, the
 final record, a readable description); `run.py --spec reduced/<id>.json`
 re-runs it.
 """
@@ -30,9 +31,11 @@ from gen import SpecModel, describe, generate  # noqa: E402
 Spec = dict[str, Any]
 
 
-def mismatch(rec: dict[str, Any]) -> str | None:
-    """'miss', 'false-alarm' or None for a case record."""
-    v = rec.get("qflow", {}).get("pre", {}).get("verdict")
+def mismatch(rec: dict[str, Any], form: str = "pre") -> str | None:
+    """'miss', 'false-alarm', 'repair-crash' or None for a case record (verdict of qflow's `form`)."""
+    v = rec.get("qflow", {}).get(form, {}).get("verdict")
+    if (rec.get("repair") or {}).get("status") == "crash":
+        return "repair-crash"
     if rec.get("outcome") == "miscompile" and v != "error":
         return "miss"
     if rec.get("outcome") == "exact" and v == "error":
@@ -91,6 +94,12 @@ def candidates(spec: Spec) -> list[Spec]:
     if len(spec["outputs"]) > 1:
         for o in spec["outputs"]:
             out.append(dce(dict(spec, outputs=[x for x in spec["outputs"] if x != o])))
+    used = {a for op in spec["ops"] for a in op["args"]}
+    for k in range(n_in if n_in > 1 else 0):
+        if k not in used:  # an unused input: drop it
+            ops = [dict(op, args=[a - (a > k) for a in op["args"]]) for op in spec["ops"]]
+            inputs = [i for j, i in enumerate(spec["inputs"]) if j != k]
+            out.append(dict(spec, inputs=inputs, ops=ops, outputs=[o - (o > k) for o in spec["outputs"]]))
     if n_in == 2 and spec["inputs"][0]["shape"] == spec["inputs"][1]["shape"]:
         s = _remap(dict(spec, ops=spec["ops"]), 1, 0)
         if s is not None:
@@ -99,10 +108,13 @@ def candidates(spec: Spec) -> list[Spec]:
     return [s for s in out if valid(s)]
 
 
-def reduce(cid: str, spec: Spec | None = None, kind: str = "auto", log: Any = print) -> tuple[Spec, dict[str, Any]]:
+def reduce(
+    cid: str, spec: Spec | None = None, kind: str = "auto", log: Any = print, form: str = "pre"
+) -> tuple[Spec, dict[str, Any]]:
     spec = dce(copy.deepcopy(spec if spec is not None else generate(case.parse_id(cid)[0])))
-    rec = case.run_case(cid, spec=spec, repair=False)
-    found = mismatch(rec)
+    repair = kind == "repair-crash"
+    rec = case.run_case(cid, spec=spec, repair=repair)
+    found = mismatch(rec, form)
     if found is None or (kind != "auto" and found != kind):
         raise SystemExit(f"{cid}: no {kind} to reduce (outcome {rec.get('outcome')}, verdict {rec.get('verdict')})")
     log(f"{cid}: {found}, {len(spec['ops'])} ops")
@@ -110,8 +122,8 @@ def reduce(cid: str, spec: Spec | None = None, kind: str = "auto", log: Any = pr
     while progress:
         progress = False
         for cand in candidates(spec):
-            r = case.run_case(cid, spec=cand, repair=False)
-            if mismatch(r) == found:
+            r = case.run_case(cid, spec=cand, repair=repair)
+            if mismatch(r, form) == found:
                 spec, rec, progress = cand, r, True
                 log(
                     f"  -> {len(spec['ops'])} ops, {len(spec['inputs'])} inputs "
@@ -124,13 +136,23 @@ def reduce(cid: str, spec: Spec | None = None, kind: str = "auto", log: Any = pr
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("id")
-    ap.add_argument("--kind", choices=["auto", "miss", "false-alarm"], default="auto")
+    ap.add_argument("--kind", choices=["auto", "miss", "false-alarm", "repair-crash"], default="auto")
     ap.add_argument("--out-dir", type=Path, default=HERE / "reduced")
+    ap.add_argument("--form", default="pre", help="whose verdict: pre (default), annotated, folded, lowered")
+    ap.add_argument("--spec", type=Path, help="start from this spec file (e.g. an earlier reduction)")
     a = ap.parse_args(argv)
-    spec, rec = reduce(a.id, kind=a.kind)
+    start = json.loads(a.spec.read_text()).get("spec") if a.spec else None
+    spec, rec = reduce(a.id, spec=start, kind=a.kind, form=a.form)
     a.out_dir.mkdir(parents=True, exist_ok=True)
-    path = a.out_dir / f"{a.id}.json"
-    doc = {"id": a.id, "kind": mismatch(rec), "description": describe(spec), "spec": spec, "record": rec}
+    path = a.out_dir / (f"{a.id}.json" if a.form == "pre" else f"{a.id}.{a.form}.json")
+    doc = {
+        "id": a.id,
+        "form": a.form,
+        "kind": mismatch(rec, a.form),
+        "description": describe(spec),
+        "spec": spec,
+        "record": rec,
+    }
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(describe(spec))
     print(f"written {path}")

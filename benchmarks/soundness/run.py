@@ -56,7 +56,7 @@ def worker(ids: list[str], out: Path, time_limit: int) -> None:
     """Runs in the subprocess: each case under an alarm, one line each."""
     import case  # noqa: PLC0415 - heavy imports only in the worker
 
-    class CaseTimeout(Exception):
+    class CaseTimeout(BaseException):  # not an Exception: no pipeline stage may swallow or wrap it
         pass
 
     def on_alarm(signum: int, frame: object) -> None:

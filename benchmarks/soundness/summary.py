@@ -40,6 +40,8 @@ def load(paths: list[Path]) -> list[dict[str, Any]]:
         for line in p.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
+                if "CaseTimeout" in (r.get("error") or ""):  # a stage wrapped the case's time limit
+                    r["outcome"] = "timeout"
                 recs[r["id"]] = r  # the last run of an id wins
     return sorted(recs.values(), key=lambda r: r["id"])
 
@@ -104,7 +106,7 @@ def _err(r: dict[str, Any]) -> str:
     return e.get("why", "—")
 
 
-def _versions() -> str:
+def _versions(recs: list[dict[str, Any]]) -> str:
     import importlib.metadata as md
 
     vs = []
@@ -113,9 +115,13 @@ def _versions() -> str:
             vs.append(f"{pkg} {md.version(pkg)}")
         except md.PackageNotFoundError:
             continue
+    revs = Counter(r["qflow_rev"] for r in recs if r.get("qflow_rev"))
+    if revs:  # the commits the cases ran with
+        vs.append("qflow " + " / ".join(f"{rev} ({n} cases)" if len(revs) > 1 else rev for rev, n in revs.items()))
+        return ", ".join(vs)
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout
-        vs.append(f"qflow {rev.strip()}")
+        vs.append(f"qflow {rev.strip()} (the checkout; the records do not say)")
     except OSError:
         pass
     return ", ".join(vs)
@@ -125,7 +131,7 @@ def render(recs: list[dict[str, Any]]) -> str:  # noqa: C901
     today = datetime.date.today().isoformat()
     variants = Counter(r.get("variant", r["id"].split("-", 1)[1]) for r in recs)
     lines = [
-        f"{len(recs)} cases, {today}; {_versions()}.",
+        f"{len(recs)} cases, {today}; {_versions(recs)}.",
         "Variants: " + ", ".join(f"{v} {n}" for v, n in sorted(variants.items())) + ".",
         "",
         "**Truth × qflow before partitioning** (`qflow.analyze` of the converted Q/DQ program):",
