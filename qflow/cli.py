@@ -107,6 +107,9 @@ def _check(args: argparse.Namespace) -> int:
         if args.graph.suffix.lower() == ".svg" and not picture.dot_available():
             print(f"qflow: --graph {args.graph}: {picture.INSTALL_HINT}", file=sys.stderr)
             return EXIT_BAD_INPUT
+    if getattr(args, "per_pass", False) and not args.arm:
+        print("qflow: --per-pass needs --arm TOSA_SPEC", file=sys.stderr)
+        return EXIT_BAD_INPUT
     paths = [Path(p) for p in args.paths] or bundled_examples()
     if not paths:
         print("qflow: no program given and no bundled example found", file=sys.stderr)
@@ -118,6 +121,13 @@ def _check(args: argparse.Namespace) -> int:
         if len(paths) > 1:
             print(f"[{i}/{len(paths)}] {p.name}", file=sys.stderr, flush=True)
         try:
+            if getattr(args, "per_pass", False):  # reports come from stepping the Arm passes
+                from qflow.targets.arm.per_pass import check_file
+
+                new = check_file(p, args.arm)
+                reports += new
+                artifacts.update({r.name: str(p) for r in new})
+                continue
             programs = _arm_partitions(p, args.arm) if args.arm else [(p.name, p)]
             new = []
             for name, program in programs:
@@ -278,6 +288,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="TOSA_SPEC",
         help="lower with the real ExecuTorch Arm TOSA partitioner (e.g. TOSA-1.0+INT+int16) and prove "
         "each partition as the backend sees it after FoldAndAnnotateQParamsPass",
+    )
+    c.add_argument(
+        "--per-pass",
+        action="store_true",
+        help="with --arm: step each partition through the Arm pass pipeline, prove it after every pass, "
+        "and report the first pass after which an obligation that held no longer holds",
     )
     c.add_argument(
         "--graph",

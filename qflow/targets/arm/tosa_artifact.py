@@ -36,6 +36,7 @@ proved.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,6 +125,12 @@ def _attrs(op: Any, attr_name: str) -> dict[str, Any]:
 
         (lo, lo_pos), (hi, hi_pos) = vec(4), vec(6)
         return {"min_bytes": lo, "max_bytes": hi, "min_pos": lo_pos, "max_pos": hi_pos}
+    if attr_name == "AvgPool2dAttribute":
+        from tosa.AvgPool2dAttribute import AvgPool2dAttribute
+
+        a = AvgPool2dAttribute()
+        a.Init(tab.Bytes, tab.Pos)
+        return {"pad": tuple(int(p) for p in a.PadAsNumpy()) if a.PadLength() else ()}
     if attr_name == "ResizeAttribute":
         from tosa.ResizeAttribute import ResizeAttribute
 
@@ -193,6 +200,7 @@ class Anchors:
     node_out: dict[str, Domain] = field(default_factory=dict)  # FX node name → its output domain
     activations: list[Activation] = field(default_factory=list)
     nodes: set[str] = field(default_factory=set)  # every FX node name of the partition
+    order: list[tuple[str, str]] = field(default_factory=list)  # (node, op base name) in graph order
 
 
 # ---------------------------------------------------------------------------
@@ -287,6 +295,24 @@ _COMPARE = {"EQUAL", "GREATER", "GREATER_EQUAL"}
 _CONV = {"CONV2D", "DEPTHWISE_CONV2D", "TRANSPOSE_CONV2D", "CONV3D"}
 _NO_DATA = {"CONST", "CONST_SHAPE"}
 
+#: PT2E ops (base names) each TOSA operator is lowered from, for attribution only.
+_PT2E_OPS = {
+    "CONCAT": {"cat", "concatenate", "concat", "stack"},
+    "CONV2D": {"convolution", "conv2d", "linear", "addmm"},
+    "DEPTHWISE_CONV2D": {"convolution", "conv2d"},
+    "TRANSPOSE_CONV2D": {"convolution", "conv_transpose2d"},
+    "CONV3D": {"convolution", "conv3d"},
+    "MATMUL": {"bmm", "mm", "matmul"},
+    "ADD": {"add"},
+    "SUB": {"sub"},
+    "MUL": {"mul"},
+    "NEGATE": {"neg"},
+    "AVG_POOL2D": {"avg_pool2d", "adaptive_avg_pool2d", "mean"},
+    "MAX_POOL2D": {"max_pool2d", "max_pool2d_with_indices"},
+    "CLAMP": {"relu", "relu_", "hardtanh", "hardtanh_", "clamp", "relu6"},
+    "PAD": {"constant_pad_nd", "pad"},
+}
+
 _SUFFIXES = ("_weight_ohwi", "_weight_hwcm", "_weight_odhwi", "_weight", "_table_constant", "_fused_const", "_bias")
 
 
@@ -346,7 +372,29 @@ class Interpreter:
 
     # -- helpers ---------------------------------------------------------------
     def node_of(self, op: TosaOp) -> str:
-        """The nearest PT2E-named tensor around `op` (breadth-first both ways)."""
+        """The PT2E node `op` came from: an op of the same kind at the same
+        position (the serializer numbers ``tosa_<op>_default_<k>`` in graph
+        order), a RESCALE by the op it serves, else the nearest named tensor."""
+        found = self._by_position(op)
+        if found is None and op.op == "RESCALE":
+            prod = self._prod.get(op.inputs[0]) if op.inputs else None
+            near = [prod] if prod is not None and prod.op not in ("RESCALE", "CONST") else []
+            near += [c for o in op.outputs for c in self._cons.get(o, []) if c.op != "RESCALE"]
+            found = next((n for c in near if (n := self._by_position(c)) is not None), None)
+        return found or self._nearest(op)
+
+    def _by_position(self, op: TosaOp) -> str | None:
+        kinds = _PT2E_OPS.get(op.op)
+        if not kinds or not op.outputs:
+            return None
+        m = re.fullmatch(r"tosa_[a-z0-9_]+?_default(?:_(\d+))?", op.outputs[0])
+        if m is None:
+            return _fx_name(op.outputs[0], self.a.nodes)
+        k = int(m.group(1) or 0)
+        same = [n for n, base in self.a.order if base in kinds]
+        return same[k] if k < len(same) else None
+
+    def _nearest(self, op: TosaOp) -> str:
         seen: set[str] = set()
         frontier = [*op.outputs, *op.inputs]
         for _ in range(6):
@@ -570,12 +618,22 @@ class Interpreter:
             self.dom[op.outputs[0]] = Dom(out.dtype, _mul(out.scale, 2.0**shift), 0, out.tol)
 
     def _zp_only(self, op: TosaOp, in_zp_t: str, out_zp_t: str) -> None:
+        """AVG_POOL2D and NEGATE apply two zero points and keep the scale. Both
+        commute with a shift of the codes, so the output zero point is
+        out_zp ± (src zp − in_zp); only padded cells (read as in_zp) need
+        in_zp to be the input's zero point."""
         x = op.inputs[0]
         src = self.get(x)
-        self.zp_check(op, f"{op.op} input_zp", self.scalar(in_zp_t), src, x)
-        out_zp = self.scalar(out_zp_t)
-        self.dom[op.outputs[0]] = Dom(self.out_dtype(op), src.scale, out_zp, src.tol)
-        if x in self.why:
+        in_zp, out_zp = self.scalar(in_zp_t), self.scalar(out_zp_t)
+        if op.op == "AVG_POOL2D" and any(op.attrs.get("pad", ())):
+            self.zp_check(op, "AVG_POOL2D input_zp (padded cells)", in_zp, src, x)
+        zp = None
+        if in_zp is not None and out_zp is not None and src.zp is not None:
+            zp = out_zp + src.zp - in_zp if op.op == "AVG_POOL2D" else out_zp + in_zp - src.zp
+        self.dom[op.outputs[0]] = Dom(self.out_dtype(op), src.scale, zp, src.tol)
+        if zp is None:
+            self.why[op.outputs[0]] = self.why.get(x, f"{op.op} #{op.index}: zero points not known")
+        elif x in self.why:
             self.why[op.outputs[0]] = self.why[x]
 
     def op_AVG_POOL2D(self, op: TosaOp) -> None:  # noqa: N802
@@ -785,6 +843,7 @@ def partition_anchors(ep: Any) -> Anchors:
             a.node_in[n.name] = inp
         a.ops[n.name] = n.target
         name = base_name(target_name(n))
+        a.order.append((n.name, name))
         # the weight domain of a conv/linear, for rewritten weight tensors
         if len(dqs) > 1 and (d := _qdq(dqs[1], consts)) is not None:
             a.consts.setdefault(n.name, d)
