@@ -43,7 +43,10 @@ def test_the_artifact_is_evidence_of_qflow_analyze(built) -> None:
     kinds = [f.kind for f in r.errors]
     assert "requant-after-passthrough" in kinds and "tosa-artifact-mismatch" in kinds
     clean = qflow.analyze(built("seed000_control").lowered)
-    assert clean.proved and clean.obligations["proved"] > ta.analyze_artifact(built("seed000_control").lowered).obligations["proved"]
+    assert (
+        clean.proved
+        and clean.obligations["proved"] > ta.analyze_artifact(built("seed000_control").lowered).obligations["proved"]
+    )
 
 
 def test_seed000_on_the_artifact_alone_names_the_rescale_after_concat(built) -> None:
@@ -51,7 +54,13 @@ def test_seed000_on_the_artifact_alone_names_the_rescale_after_concat(built) -> 
     first = errors[0]
     assert "TOSA RESCALE #" in first.message and "PT2E node aten_cat_default" in first.message
     assert "input_zp is 0" in first.message and "zp=102" in first.message  # the codes the concat really holds
-    assert first.expected == {"dtype": "int8", "scale": pytest.approx(0.1), "zero_point": 102, "qmin": -128, "qmax": 127}
+    assert first.expected == {
+        "dtype": "int8",
+        "scale": pytest.approx(0.1),
+        "zero_point": 102,
+        "qmin": -128,
+        "qmax": 127,
+    }
     # the wrong scale reaches the output: the parent dequantizes codes in another domain
     assert any("output 0" in f.message and "scale=0.1" in f.message for f in errors)
 
@@ -155,7 +164,9 @@ def mutants(buf: bytes) -> list[Mutant]:
         if op.op == "RESCALE":
             _, mult, shift, izp, ozp = op.inputs
             m = prog.tensors[mult]
-            out.append(Mutant(f"{tag} multiplier ×1.25", _patch(b, m.data_pos, "<i", int(m.data[0] * 1.25) & 0x7FFFFFFF)))
+            out.append(
+                Mutant(f"{tag} multiplier ×1.25", _patch(b, m.data_pos, "<i", int(m.data[0] * 1.25) & 0x7FFFFFFF))
+            )
             scalar(shift, 1, f"{tag} shift +1")
             if prog.tensors[izp].dtype != "INT32":
                 scalar(izp, 3, f"{tag} input_zp +3")

@@ -232,7 +232,8 @@ class Dom:
             return f"{self.dtype} scale=? zp={self.zp}"
         if isinstance(self.scale, tuple):
             head = ", ".join(f"{s:.6g}" for s in self.scale[:2])
-            return f"{self.dtype} per-channel({len(self.scale)} ch) scale=[{head}{', …' if len(self.scale) > 2 else ''}] zp={self.zp}"
+            more = ", …" if len(self.scale) > 2 else ""
+            return f"{self.dtype} per-channel({len(self.scale)} ch) scale=[{head}{more}] zp={self.zp}"
         return f"{self.dtype} scale={self.scale:.6g} zp={self.zp}"
 
 
@@ -458,7 +459,9 @@ class Interpreter:
         if got is None:
             self.check(op, None, f"{what} is not a constant in the artifact")
         elif src.zp is None:
-            self.check(op, None, f"the zero point of {src_name} is not known here ({self.why.get(src_name, 'no anchor')})")
+            self.check(
+                op, None, f"the zero point of {src_name} is not known here ({self.why.get(src_name, 'no anchor')})"
+            )
         else:
             ok = got == src.zp
             self.check(op, ok, f"{what} is {got}; its input {src_name} is in {src}", None, src)
@@ -733,14 +736,13 @@ class Interpreter:
                 continue
             lo, hi = bounds(act, act.domain)
             have = [(op.index, lo_, hi_) for op, s, lo_, hi_ in self.clamps if _same_grid(act.domain, s.domain())]
-            op = TosaOp(-1, "CLAMP", (), (act.node,))
             self.checks.append(
                 Check(False, "CLAMP", -1, "(missing)", act.node,
-                      f"{act.node} asks for codes in [{lo}, {hi}] of {act.domain} (its bounds cut into the code range), "
+                      f"{act.node} asks for codes in [{lo}, {hi}] of {act.domain} (its bounds cut into the code "
+                      "range), "
                       f"but no CLAMP in the artifact enforces them (clamps present: {have or 'none'}): "
                       "the activation was dropped", None, act.domain)
             )  # fmt: skip
-            del op
 
     def edges(self) -> None:
         for i, name in enumerate(self.p.outputs):
@@ -1014,4 +1016,3 @@ def analyze_artifact(obj: Any, name: str = "") -> Any:
                 continue
             add_evidence(dg, str(n.args[0].name), n.name, checks)
     return analyze_graph(dg, name=name)
-
