@@ -164,16 +164,17 @@ def mutants(buf: bytes) -> list[Mutant]:
         if op.op == "RESCALE":
             _, mult, shift, izp, ozp = op.inputs
             m = prog.tensors[mult]
-            out.append(
-                Mutant(f"{tag} multiplier ×1.25", _patch(b, m.data_pos, "<i", int(m.data[0] * 1.25) & 0x7FFFFFFF))
-            )
+            wide = m.dtype == "INT32"  # scale32; else 16-bit multipliers
+            bigger = min(int(m.data[0] * 1.25), (1 << (31 if wide else 15)) - 1)
+            out.append(Mutant(f"{tag} multiplier x1.25", _patch(b, m.data_pos, _FMT[m.dtype], bigger)))
             scalar(shift, 1, f"{tag} shift +1")
             if prog.tensors[izp].dtype != "INT32":
                 scalar(izp, 3, f"{tag} input_zp +3")
             if prog.tensors[ozp].dtype != "INT32":
                 scalar(ozp, 3, f"{tag} output_zp +3")
             gone = bytearray(b)
-            for name, v in ((mult, 1 << 30), (shift, 30), (izp, 0), (ozp, 0)):
+            one = 30 if wide else 14
+            for name, v in ((mult, 1 << one), (shift, one), (izp, 0), (ozp, 0)):
                 t = prog.tensors[name]
                 size = struct.calcsize(_FMT[t.dtype])
                 for k in range(len(t.data)):

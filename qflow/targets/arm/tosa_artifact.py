@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -200,6 +200,7 @@ class Anchors:
     node_out: dict[str, Domain] = field(default_factory=dict)  # FX node name → its output domain
     activations: list[Activation] = field(default_factory=list)
     nodes: set[str] = field(default_factory=set)  # every FX node name of the partition
+    raw: set[str] = field(default_factory=set)  # inputs that are plain integer data (nothing quantizes them)
     order: list[tuple[str, str]] = field(default_factory=list)  # (node, op base name) in graph order
 
 
@@ -218,6 +219,7 @@ class Dom:
     scale: Scale | None
     zp: int | None
     tol: float = 1e-6  # relative error the integer parameters on the path allow
+    raw: bool = False  # plain integer data (no quantization anywhere): real = code
 
     def domain(self) -> Domain | None:
         if self.scale is None or self.zp is None:
@@ -476,7 +478,7 @@ class Interpreter:
                 if d is not None:
                     self.dom[name] = Dom("float32", 1.0, 0)
             else:
-                self.dom[name] = _dom_of(d)
+                self.dom[name] = replace(_dom_of(d), raw=name in self.a.raw)
         for op in self.p.ops:
             handler = getattr(self, f"op_{op.op}", None)
             if op.op in _COPY:
@@ -515,7 +517,7 @@ class Interpreter:
             fmt = _NP.get(t.dtype)
             lo = int(np.frombuffer(op.attrs["min_bytes"], fmt)[0]) if fmt and op.attrs.get("min_bytes") else None
             hi = int(np.frombuffer(op.attrs["max_bytes"], fmt)[0]) if fmt and op.attrs.get("max_bytes") else None
-            if lo is not None and hi is not None:
+            if lo is not None and hi is not None and not src.raw:  # a clamp of plain integers is no activation
                 self.clamps.append((op, src, lo, hi))
 
     def op_CONCAT(self, op: TosaOp) -> None:  # noqa: N802
@@ -526,6 +528,9 @@ class Interpreter:
         doms = [(i, d) for i, d in doms if self.p.tensors[i].dtype != "BOOL"]
         if op.op == "SELECT":
             doms = doms[1:]
+        raw = next((d for _, d in doms if d.raw), None)
+        if raw is not None:  # a constant next to plain integer data is plain integer data too
+            doms = [(i, raw if d.scale is None and self._is_const(i) else d) for i, d in doms]
         first_name, first = doms[0]
         for name, d in doms[1:]:
             if d.scale is None or first.scale is None or d.zp is None or first.zp is None:
@@ -542,6 +547,10 @@ class Interpreter:
         else:
             for o in op.outputs:
                 self.dom[o] = Dom("bool", 1.0, 0)
+
+    def _is_const(self, name: str) -> bool:
+        p = self._prod.get(name)
+        return p is not None and p.op == "CONST"
 
     def op_SELECT(self, op: TosaOp) -> None:  # noqa: N802
         self.same_domain(op, op.outputs[0])
@@ -778,7 +787,7 @@ def _same_grid(a: Domain | None, b: Domain | None) -> bool:
 def replace_dtype(d: Dom, dtype: str, keep_unsigned: bool = False) -> Dom:
     if keep_unsigned and d.dtype in ("uint8", "uint16"):
         return d
-    return Dom(dtype, d.scale, d.zp, d.tol)
+    return Dom(dtype, d.scale, d.zp, d.tol, d.raw)
 
 
 def _table8(fn: Any, dom_in: Domain, dom_out: Domain) -> list[int]:
@@ -891,6 +900,11 @@ def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anc
         if d is None and ph in ph_nodes:  # fed by another delegate: the partition's own reading
             dq = [u for u in ph_nodes[ph].users if classify(target_name(u)) is OpClass.DEQUANTIZE]
             d = _qdq(dq[0], _Consts(ep.graph_module, ep)) if dq else None
+            pval = ph_nodes[ph].meta.get("val")
+            dt = str(getattr(pval, "dtype", "")).replace("torch.", "")
+            if d is None and not dq and dt in _RANGE:  # integer data nothing quantizes: real = code
+                d = Domain.quantized(dt, 1.0, 0, *_RANGE[dt])
+                a.raw.add(ph)
         a.inputs[ph] = d
     # outputs: the parent's dequantize of each getitem; else the partition's own output quantize
     outs = ep.graph.output_node().args[0]
@@ -911,6 +925,9 @@ def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anc
                 exp, where = FLOAT, f"the parent graph ({g.name} is {val.dtype}, used by {others[0].name})"
         if exp is None and hasattr(o, "op") and classify(target_name(o)) is OpClass.QUANTIZE:
             exp, where = _qdq(o, _Consts(ep.graph_module, ep)), f"the partition's output quantize {o.name}"
+        dt = str(getattr(o.meta.get("val"), "dtype", "")).replace("torch.", "") if hasattr(o, "meta") else ""
+        if exp is None and dt in _RANGE and not getitems.get(i) or exp is None and _plain(getitems.get(i, []), dt):
+            exp, where = Domain.quantized(dt, 1.0, 0, *_RANGE[dt]), "the parent graph (plain integer data)"
         a.outputs.append((exp, where))
     return a
 
@@ -941,6 +958,17 @@ def _match_by_content(a: Anchors, declared: dict[str, Domain], ep: Any, prog: To
         hits = params.get((len(t.data), np.sort(t.data).tobytes()), [])
         if len({declared[h] for h in hits}) == 1:  # ambiguous matches anchor nothing
             a.consts[name] = declared[hits[0]]
+
+
+def _plain(getitems: list[Any], dtype: str) -> bool:
+    """The parent uses the output as integers (no dequantize): plain integer data."""
+    from qflow.integrations.fx import target_name
+    from qflow.ops import OpClass, classify
+
+    if dtype not in _RANGE or not getitems:
+        return False
+    users = [u for g in getitems for u in g.users]
+    return not any(u.op == "call_function" and classify(target_name(u)) is OpClass.DEQUANTIZE for u in users)
 
 
 def base_name_is_getitem(n: Any) -> bool:
