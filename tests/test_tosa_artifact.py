@@ -176,6 +176,9 @@ def mutants(buf: bytes) -> list[Mutant]:
             one = 30 if wide else 14
             for name, v in ((mult, 1 << one), (shift, one), (izp, 0), (ozp, 0)):
                 t = prog.tensors[name]
+                if t.dtype == "INT48":  # 6-byte little-endian
+                    gone[t.data_pos : t.data_pos + 6 * len(t.data)] = v.to_bytes(6, "little") * len(t.data)
+                    continue
                 size = struct.calcsize(_FMT[t.dtype])
                 for k in range(len(t.data)):
                     struct.pack_into(_FMT[t.dtype], gone, t.data_pos + k * size, v)

@@ -480,23 +480,33 @@ class Interpreter:
             else:
                 self.dom[name] = replace(_dom_of(d), raw=name in self.a.raw)
         for op in self.p.ops:
-            handler = getattr(self, f"op_{op.op}", None)
-            if op.op in _COPY:
-                self.copy(op)
-            elif op.op in _SAME_DOMAIN:
-                self.same_domain(op, op.outputs[0])
-            elif op.op in _COMPARE:
-                self.same_domain(op, None)
-            elif op.op in _CONV:
-                self.conv(op)
-            elif handler is not None:
-                handler(op)
-            elif op.op not in _NO_DATA:
+            try:
+                self._step(op)
+            except (ValueError, IndexError, KeyError, TypeError) as e:  # a malformed operator: no verdict
+                self.check(op, None, f"qflow cannot interpret {op.op} #{op.index}: {e}")
                 for o in op.outputs:
-                    self.unknown(o, self.out_dtype(op), f"TOSA {op.op} #{op.index} is not interpreted by qflow")
+                    self.unknown(
+                        o, self.out_dtype(op) if o in self.p.tensors else "?", f"{op.op} #{op.index} unreadable"
+                    )
         self.activations()
         self.edges()
         return self.checks
+
+    def _step(self, op: TosaOp) -> None:
+        handler = getattr(self, f"op_{op.op}", None)
+        if op.op in _COPY:
+            self.copy(op)
+        elif op.op in _SAME_DOMAIN:
+            self.same_domain(op, op.outputs[0])
+        elif op.op in _COMPARE:
+            self.same_domain(op, None)
+        elif op.op in _CONV:
+            self.conv(op)
+        elif handler is not None:
+            handler(op)
+        elif op.op not in _NO_DATA:
+            for o in op.outputs:
+                self.unknown(o, self.out_dtype(op), f"TOSA {op.op} #{op.index} is not interpreted by qflow")
 
     def op_CONST(self, op: TosaOp) -> None:  # noqa: N802 (TOSA op names)
         name = op.outputs[0]
@@ -607,6 +617,11 @@ class Interpreter:
         if a.scale is None or b.scale is None:
             blocker = an if a.scale is None else bn
             self.unknown(out, dtype, self.why.get(blocker, f"the scale of {blocker} is not known"))
+            return
+        na, nb = (len(x) if isinstance(x, tuple) else 1 for x in (a.scale, b.scale))
+        if na > 1 and nb > 1 and na != nb:
+            self.check(op, False, f"per-channel scales of {an} ({na} channels) and {bn} ({nb}) do not line up")
+            self.unknown(out, dtype, f"{op.op} #{op.index}: channel counts differ")
             return
         self.dom[out] = Dom(dtype, _mul(a.scale, b.scale), 0, a.tol + b.tol)
 
@@ -746,7 +761,7 @@ class Interpreter:
             lo, hi = bounds(act, act.domain)
             have = [(op.index, lo_, hi_) for op, s, lo_, hi_ in self.clamps if _same_grid(act.domain, s.domain())]
             self.checks.append(
-                Check(False, "CLAMP", -1, "(missing)", act.node,
+                Check(False, "CLAMP", -1, f"(missing clamp of {act.node})", act.node,
                       f"{act.node} asks for codes in [{lo}, {hi}] of {act.domain} (its bounds cut into the code "
                       "range), "
                       f"but no CLAMP in the artifact enforces them (clamps present: {have or 'none'}): "
