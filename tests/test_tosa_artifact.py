@@ -265,4 +265,5 @@ def test_mutant_reader_round_trips(built) -> None:
     buf = bytes(built("conv_cat_skip").lowered.exported_program().graph_module.lowered_module_0.processed_bytes)
     for m in mutants(buf)[:20]:
         diff = np.nonzero(np.frombuffer(m.buf, np.uint8) != np.frombuffer(buf, np.uint8))[0]
-        assert 0 < len(diff) <= 16, m.what
+        limit = 160 if "removed" in m.what else 4  # a removal rewrites the multiplier/shift of every channel
+        assert 0 < len(diff) <= limit, m.what
