@@ -990,13 +990,22 @@ def base_name_is_getitem(n: Any) -> bool:
     return n.op == "call_function" and "getitem" in str(n.target)
 
 
-def check_delegate(gm: Any, call: Any, lowered: Any) -> list[Check] | None:
-    """The artifact checks of one delegate call, or None if it is no TOSA flatbuffer."""
+def float_io(prog: TosaProgram) -> bool:
+    """True for an INT+FP partition whose boundary quantize/dequantize are
+    inside the delegate as float arithmetic (which qflow does not interpret)."""
+    return any(prog.tensors[n].dtype in ("FP32", "FP16", "BF16") for n in (*prog.inputs, *prog.outputs))
+
+
+def check_delegate(gm: Any, call: Any, lowered: Any, integer_io_only: bool = False) -> list[Check] | None:
+    """The artifact checks of one delegate call, or None if it is no TOSA
+    flatbuffer (or, with `integer_io_only`, one with float IO)."""
     if getattr(lowered, "backend_id", None) not in ("TOSABackend", "VgfBackend"):
         return None
     try:
         prog = read(bytes(lowered.processed_bytes))
     except Exception:  # a VGF blob or another payload: no TOSA flatbuffer to read
+        return None
+    if integer_io_only and float_io(prog):
         return None
     return validate(prog, delegate_anchors(gm, call, lowered, prog))
 
