@@ -229,6 +229,9 @@ def _check(args: argparse.Namespace) -> int:
         spec = _arm_spec(args.arm)
         if spec is None:
             return EXIT_BAD_INPUT
+    if getattr(args, "per_pass", False) and not args.arm:
+        print("qflow: --per-pass needs --arm TOSA_SPEC", file=sys.stderr)
+        return EXIT_BAD_INPUT
     paths = expand_paths(args.paths) or bundled_examples()
     if not paths:
         print("qflow: no program given and no bundled example found", file=sys.stderr)
@@ -241,6 +244,13 @@ def _check(args: argparse.Namespace) -> int:
         if len(paths) > 1:
             print(f"[{i}/{len(paths)}] {p.name}", file=sys.stderr, flush=True)
         try:
+            if getattr(args, "per_pass", False):  # reports come from stepping the Arm passes
+                from qflow.targets.arm.per_pass import check_file
+
+                new = check_file(p, args.arm)
+                reports += new
+                artifacts.update({r.name: str(p) for r in new})
+                continue
             new = []
             for name, program in _programs(p, args.form, spec):
                 target = "arm-tosa" if spec else args.target
@@ -518,6 +528,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="TOSA_SPEC",
         help="lower with the real ExecuTorch Arm TOSA partitioner (e.g. TOSA-1.0+INT+int16) and prove "
         "each partition as the backend sees it after FoldAndAnnotateQParamsPass",
+    )
+    c.add_argument(
+        "--per-pass",
+        action="store_true",
+        help="with --arm: step each partition through the Arm pass pipeline, prove it after every pass, "
+        "and report the first pass after which an obligation that held no longer holds",
     )
     c.add_argument(
         "--graph",

@@ -36,8 +36,9 @@ proved.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -124,6 +125,12 @@ def _attrs(op: Any, attr_name: str) -> dict[str, Any]:
 
         (lo, lo_pos), (hi, hi_pos) = vec(4), vec(6)
         return {"min_bytes": lo, "max_bytes": hi, "min_pos": lo_pos, "max_pos": hi_pos}
+    if attr_name == "AvgPool2dAttribute":
+        from tosa.AvgPool2dAttribute import AvgPool2dAttribute
+
+        a = AvgPool2dAttribute()
+        a.Init(tab.Bytes, tab.Pos)
+        return {"pad": tuple(int(p) for p in a.PadAsNumpy()) if a.PadLength() else ()}
     if attr_name == "ResizeAttribute":
         from tosa.ResizeAttribute import ResizeAttribute
 
@@ -193,6 +200,8 @@ class Anchors:
     node_out: dict[str, Domain] = field(default_factory=dict)  # FX node name → its output domain
     activations: list[Activation] = field(default_factory=list)
     nodes: set[str] = field(default_factory=set)  # every FX node name of the partition
+    raw: set[str] = field(default_factory=set)  # inputs that are plain integer data (nothing quantizes them)
+    order: list[tuple[str, str]] = field(default_factory=list)  # (node, op base name) in graph order
 
 
 # ---------------------------------------------------------------------------
@@ -210,6 +219,7 @@ class Dom:
     scale: Scale | None
     zp: int | None
     tol: float = 1e-6  # relative error the integer parameters on the path allow
+    raw: bool = False  # plain integer data (no quantization anywhere): real = code
 
     def domain(self) -> Domain | None:
         if self.scale is None or self.zp is None:
@@ -224,7 +234,8 @@ class Dom:
             return f"{self.dtype} scale=? zp={self.zp}"
         if isinstance(self.scale, tuple):
             head = ", ".join(f"{s:.6g}" for s in self.scale[:2])
-            return f"{self.dtype} per-channel({len(self.scale)} ch) scale=[{head}{', …' if len(self.scale) > 2 else ''}] zp={self.zp}"
+            more = ", …" if len(self.scale) > 2 else ""
+            return f"{self.dtype} per-channel({len(self.scale)} ch) scale=[{head}{more}] zp={self.zp}"
         return f"{self.dtype} scale={self.scale:.6g} zp={self.zp}"
 
 
@@ -287,6 +298,24 @@ _COMPARE = {"EQUAL", "GREATER", "GREATER_EQUAL"}
 _CONV = {"CONV2D", "DEPTHWISE_CONV2D", "TRANSPOSE_CONV2D", "CONV3D"}
 _NO_DATA = {"CONST", "CONST_SHAPE"}
 
+#: PT2E ops (base names) each TOSA operator is lowered from, for attribution only.
+_PT2E_OPS = {
+    "CONCAT": {"cat", "concatenate", "concat", "stack"},
+    "CONV2D": {"convolution", "conv2d", "linear", "addmm"},
+    "DEPTHWISE_CONV2D": {"convolution", "conv2d"},
+    "TRANSPOSE_CONV2D": {"convolution", "conv_transpose2d"},
+    "CONV3D": {"convolution", "conv3d"},
+    "MATMUL": {"bmm", "mm", "matmul"},
+    "ADD": {"add"},
+    "SUB": {"sub"},
+    "MUL": {"mul"},
+    "NEGATE": {"neg"},
+    "AVG_POOL2D": {"avg_pool2d", "adaptive_avg_pool2d", "mean"},
+    "MAX_POOL2D": {"max_pool2d", "max_pool2d_with_indices"},
+    "CLAMP": {"relu", "relu_", "hardtanh", "hardtanh_", "clamp", "relu6"},
+    "PAD": {"constant_pad_nd", "pad"},
+}
+
 _SUFFIXES = ("_weight_ohwi", "_weight_hwcm", "_weight_odhwi", "_weight", "_table_constant", "_fused_const", "_bias")
 
 
@@ -346,7 +375,29 @@ class Interpreter:
 
     # -- helpers ---------------------------------------------------------------
     def node_of(self, op: TosaOp) -> str:
-        """The nearest PT2E-named tensor around `op` (breadth-first both ways)."""
+        """The PT2E node `op` came from: an op of the same kind at the same
+        position (the serializer numbers ``tosa_<op>_default_<k>`` in graph
+        order), a RESCALE by the op it serves, else the nearest named tensor."""
+        found = self._by_position(op)
+        if found is None and op.op == "RESCALE":
+            prod = self._prod.get(op.inputs[0]) if op.inputs else None
+            near = [prod] if prod is not None and prod.op not in ("RESCALE", "CONST") else []
+            near += [c for o in op.outputs for c in self._cons.get(o, []) if c.op != "RESCALE"]
+            found = next((n for c in near if (n := self._by_position(c)) is not None), None)
+        return found or self._nearest(op)
+
+    def _by_position(self, op: TosaOp) -> str | None:
+        kinds = _PT2E_OPS.get(op.op)
+        if not kinds or not op.outputs:
+            return None
+        m = re.fullmatch(r"tosa_[a-z0-9_]+?_default(?:_(\d+))?", op.outputs[0])
+        if m is None:
+            return _fx_name(op.outputs[0], self.a.nodes)
+        k = int(m.group(1) or 0)
+        same = [n for n, base in self.a.order if base in kinds]
+        return same[k] if k < len(same) else None
+
+    def _nearest(self, op: TosaOp) -> str:
         seen: set[str] = set()
         frontier = [*op.outputs, *op.inputs]
         for _ in range(6):
@@ -410,7 +461,9 @@ class Interpreter:
         if got is None:
             self.check(op, None, f"{what} is not a constant in the artifact")
         elif src.zp is None:
-            self.check(op, None, f"the zero point of {src_name} is not known here ({self.why.get(src_name, 'no anchor')})")
+            self.check(
+                op, None, f"the zero point of {src_name} is not known here ({self.why.get(src_name, 'no anchor')})"
+            )
         else:
             ok = got == src.zp
             self.check(op, ok, f"{what} is {got}; its input {src_name} is in {src}", None, src)
@@ -425,25 +478,35 @@ class Interpreter:
                 if d is not None:
                     self.dom[name] = Dom("float32", 1.0, 0)
             else:
-                self.dom[name] = _dom_of(d)
+                self.dom[name] = replace(_dom_of(d), raw=name in self.a.raw)
         for op in self.p.ops:
-            handler = getattr(self, f"op_{op.op}", None)
-            if op.op in _COPY:
-                self.copy(op)
-            elif op.op in _SAME_DOMAIN:
-                self.same_domain(op, op.outputs[0])
-            elif op.op in _COMPARE:
-                self.same_domain(op, None)
-            elif op.op in _CONV:
-                self.conv(op)
-            elif handler is not None:
-                handler(op)
-            elif op.op not in _NO_DATA:
+            try:
+                self._step(op)
+            except (ValueError, IndexError, KeyError, TypeError) as e:  # a malformed operator: no verdict
+                self.check(op, None, f"qflow cannot interpret {op.op} #{op.index}: {e}")
                 for o in op.outputs:
-                    self.unknown(o, self.out_dtype(op), f"TOSA {op.op} #{op.index} is not interpreted by qflow")
+                    self.unknown(
+                        o, self.out_dtype(op) if o in self.p.tensors else "?", f"{op.op} #{op.index} unreadable"
+                    )
         self.activations()
         self.edges()
         return self.checks
+
+    def _step(self, op: TosaOp) -> None:
+        handler = getattr(self, f"op_{op.op}", None)
+        if op.op in _COPY:
+            self.copy(op)
+        elif op.op in _SAME_DOMAIN:
+            self.same_domain(op, op.outputs[0])
+        elif op.op in _COMPARE:
+            self.same_domain(op, None)
+        elif op.op in _CONV:
+            self.conv(op)
+        elif handler is not None:
+            handler(op)
+        elif op.op not in _NO_DATA:
+            for o in op.outputs:
+                self.unknown(o, self.out_dtype(op), f"TOSA {op.op} #{op.index} is not interpreted by qflow")
 
     def op_CONST(self, op: TosaOp) -> None:  # noqa: N802 (TOSA op names)
         name = op.outputs[0]
@@ -464,7 +527,7 @@ class Interpreter:
             fmt = _NP.get(t.dtype)
             lo = int(np.frombuffer(op.attrs["min_bytes"], fmt)[0]) if fmt and op.attrs.get("min_bytes") else None
             hi = int(np.frombuffer(op.attrs["max_bytes"], fmt)[0]) if fmt and op.attrs.get("max_bytes") else None
-            if lo is not None and hi is not None:
+            if lo is not None and hi is not None and not src.raw:  # a clamp of plain integers is no activation
                 self.clamps.append((op, src, lo, hi))
 
     def op_CONCAT(self, op: TosaOp) -> None:  # noqa: N802
@@ -475,6 +538,9 @@ class Interpreter:
         doms = [(i, d) for i, d in doms if self.p.tensors[i].dtype != "BOOL"]
         if op.op == "SELECT":
             doms = doms[1:]
+        raw = next((d for _, d in doms if d.raw), None)
+        if raw is not None:  # a constant next to plain integer data is plain integer data too
+            doms = [(i, raw if d.scale is None and self._is_const(i) else d) for i, d in doms]
         first_name, first = doms[0]
         for name, d in doms[1:]:
             if d.scale is None or first.scale is None or d.zp is None or first.zp is None:
@@ -491,6 +557,10 @@ class Interpreter:
         else:
             for o in op.outputs:
                 self.dom[o] = Dom("bool", 1.0, 0)
+
+    def _is_const(self, name: str) -> bool:
+        p = self._prod.get(name)
+        return p is not None and p.op == "CONST"
 
     def op_SELECT(self, op: TosaOp) -> None:  # noqa: N802
         self.same_domain(op, op.outputs[0])
@@ -548,6 +618,11 @@ class Interpreter:
             blocker = an if a.scale is None else bn
             self.unknown(out, dtype, self.why.get(blocker, f"the scale of {blocker} is not known"))
             return
+        na, nb = (len(x) if isinstance(x, tuple) else 1 for x in (a.scale, b.scale))
+        if na > 1 and nb > 1 and na != nb:
+            self.check(op, False, f"per-channel scales of {an} ({na} channels) and {bn} ({nb}) do not line up")
+            self.unknown(out, dtype, f"{op.op} #{op.index}: channel counts differ")
+            return
         self.dom[out] = Dom(dtype, _mul(a.scale, b.scale), 0, a.tol + b.tol)
 
     def op_MATMUL(self, op: TosaOp) -> None:  # noqa: N802
@@ -570,12 +645,22 @@ class Interpreter:
             self.dom[op.outputs[0]] = Dom(out.dtype, _mul(out.scale, 2.0**shift), 0, out.tol)
 
     def _zp_only(self, op: TosaOp, in_zp_t: str, out_zp_t: str) -> None:
+        """AVG_POOL2D and NEGATE apply two zero points and keep the scale. Both
+        commute with a shift of the codes, so the output zero point is
+        out_zp ± (src zp − in_zp); only padded cells (read as in_zp) need
+        in_zp to be the input's zero point."""
         x = op.inputs[0]
         src = self.get(x)
-        self.zp_check(op, f"{op.op} input_zp", self.scalar(in_zp_t), src, x)
-        out_zp = self.scalar(out_zp_t)
-        self.dom[op.outputs[0]] = Dom(self.out_dtype(op), src.scale, out_zp, src.tol)
-        if x in self.why:
+        in_zp, out_zp = self.scalar(in_zp_t), self.scalar(out_zp_t)
+        if op.op == "AVG_POOL2D" and any(op.attrs.get("pad", ())):
+            self.zp_check(op, "AVG_POOL2D input_zp (padded cells)", in_zp, src, x)
+        zp = None
+        if in_zp is not None and out_zp is not None and src.zp is not None:
+            zp = out_zp + src.zp - in_zp if op.op == "AVG_POOL2D" else out_zp + in_zp - src.zp
+        self.dom[op.outputs[0]] = Dom(self.out_dtype(op), src.scale, zp, src.tol)
+        if zp is None:
+            self.why[op.outputs[0]] = self.why.get(x, f"{op.op} #{op.index}: zero points not known")
+        elif x in self.why:
             self.why[op.outputs[0]] = self.why[x]
 
     def op_AVG_POOL2D(self, op: TosaOp) -> None:  # noqa: N802
@@ -675,14 +760,13 @@ class Interpreter:
                 continue
             lo, hi = bounds(act, act.domain)
             have = [(op.index, lo_, hi_) for op, s, lo_, hi_ in self.clamps if _same_grid(act.domain, s.domain())]
-            op = TosaOp(-1, "CLAMP", (), (act.node,))
             self.checks.append(
-                Check(False, "CLAMP", -1, "(missing)", act.node,
-                      f"{act.node} asks for codes in [{lo}, {hi}] of {act.domain} (its bounds cut into the code range), "
+                Check(False, "CLAMP", -1, f"(missing clamp of {act.node})", act.node,
+                      f"{act.node} asks for codes in [{lo}, {hi}] of {act.domain} (its bounds cut into the code "
+                      "range), "
                       f"but no CLAMP in the artifact enforces them (clamps present: {have or 'none'}): "
                       "the activation was dropped", None, act.domain)
             )  # fmt: skip
-            del op
 
     def edges(self) -> None:
         for i, name in enumerate(self.p.outputs):
@@ -718,7 +802,7 @@ def _same_grid(a: Domain | None, b: Domain | None) -> bool:
 def replace_dtype(d: Dom, dtype: str, keep_unsigned: bool = False) -> Dom:
     if keep_unsigned and d.dtype in ("uint8", "uint16"):
         return d
-    return Dom(dtype, d.scale, d.zp, d.tol)
+    return Dom(dtype, d.scale, d.zp, d.tol, d.raw)
 
 
 def _table8(fn: Any, dom_in: Domain, dom_out: Domain) -> list[int]:
@@ -785,6 +869,7 @@ def partition_anchors(ep: Any) -> Anchors:
             a.node_in[n.name] = inp
         a.ops[n.name] = n.target
         name = base_name(target_name(n))
+        a.order.append((n.name, name))
         # the weight domain of a conv/linear, for rewritten weight tensors
         if len(dqs) > 1 and (d := _qdq(dqs[1], consts)) is not None:
             a.consts.setdefault(n.name, d)
@@ -830,6 +915,11 @@ def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anc
         if d is None and ph in ph_nodes:  # fed by another delegate: the partition's own reading
             dq = [u for u in ph_nodes[ph].users if classify(target_name(u)) is OpClass.DEQUANTIZE]
             d = _qdq(dq[0], _Consts(ep.graph_module, ep)) if dq else None
+            pval = ph_nodes[ph].meta.get("val")
+            dt = str(getattr(pval, "dtype", "")).replace("torch.", "")
+            if d is None and not dq and dt in _RANGE:  # integer data nothing quantizes: real = code
+                d = Domain.quantized(dt, 1.0, 0, *_RANGE[dt])
+                a.raw.add(ph)
         a.inputs[ph] = d
     # outputs: the parent's dequantize of each getitem; else the partition's own output quantize
     outs = ep.graph.output_node().args[0]
@@ -850,6 +940,9 @@ def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anc
                 exp, where = FLOAT, f"the parent graph ({g.name} is {val.dtype}, used by {others[0].name})"
         if exp is None and hasattr(o, "op") and classify(target_name(o)) is OpClass.QUANTIZE:
             exp, where = _qdq(o, _Consts(ep.graph_module, ep)), f"the partition's output quantize {o.name}"
+        dt = str(getattr(o.meta.get("val"), "dtype", "")).replace("torch.", "") if hasattr(o, "meta") else ""
+        if exp is None and dt in _RANGE and not getitems.get(i) or exp is None and _plain(getitems.get(i, []), dt):
+            exp, where = Domain.quantized(dt, 1.0, 0, *_RANGE[dt]), "the parent graph (plain integer data)"
         a.outputs.append((exp, where))
     return a
 
@@ -882,17 +975,37 @@ def _match_by_content(a: Anchors, declared: dict[str, Domain], ep: Any, prog: To
             a.consts[name] = declared[hits[0]]
 
 
+def _plain(getitems: list[Any], dtype: str) -> bool:
+    """The parent uses the output as integers (no dequantize): plain integer data."""
+    from qflow.integrations.fx import target_name
+    from qflow.ops import OpClass, classify
+
+    if dtype not in _RANGE or not getitems:
+        return False
+    users = [u for g in getitems for u in g.users]
+    return not any(u.op == "call_function" and classify(target_name(u)) is OpClass.DEQUANTIZE for u in users)
+
+
 def base_name_is_getitem(n: Any) -> bool:
     return n.op == "call_function" and "getitem" in str(n.target)
 
 
-def check_delegate(gm: Any, call: Any, lowered: Any) -> list[Check] | None:
-    """The artifact checks of one delegate call, or None if it is no TOSA flatbuffer."""
+def float_io(prog: TosaProgram) -> bool:
+    """True for an INT+FP partition whose boundary quantize/dequantize are
+    inside the delegate as float arithmetic (which qflow does not interpret)."""
+    return any(prog.tensors[n].dtype in ("FP32", "FP16", "BF16") for n in (*prog.inputs, *prog.outputs))
+
+
+def check_delegate(gm: Any, call: Any, lowered: Any, integer_io_only: bool = False) -> list[Check] | None:
+    """The artifact checks of one delegate call, or None if it is no TOSA
+    flatbuffer (or, with `integer_io_only`, one with float IO)."""
     if getattr(lowered, "backend_id", None) not in ("TOSABackend", "VgfBackend"):
         return None
     try:
         prog = read(bytes(lowered.processed_bytes))
     except Exception:  # a VGF blob or another payload: no TOSA flatbuffer to read
+        return None
+    if integer_io_only and float_io(prog):
         return None
     return validate(prog, delegate_anchors(gm, call, lowered, prog))
 
@@ -955,4 +1068,3 @@ def analyze_artifact(obj: Any, name: str = "") -> Any:
                 continue
             add_evidence(dg, str(n.args[0].name), n.name, checks)
     return analyze_graph(dg, name=name)
-

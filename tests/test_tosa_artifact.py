@@ -1,0 +1,269 @@
+"""Translation validation of the TOSA flatbuffers the Arm backend emits (real pipeline).
+
+The artifact check reads each delegate's ``processed_bytes`` by TOSA 1.0 INT
+semantics; these tests run it alone (graph checks off) on the real defect
+models, on clean models, and on single-edit mutants of the clean flatbuffers
+whose effect the TOSA reference model measures.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import qflow
+from qflow.integrations import arm
+from qflow.targets.arm import tosa_artifact as ta
+
+CLEAN = ("seed000_control", "conv_bn_relu6_residual", "conv_cat_skip", "attention", "linear_per_channel", "mixed_a16w8")
+
+
+def _artifact_errors(program) -> list:
+    return [f for f in ta.analyze_artifact(program).findings if f.severity == "error"]
+
+
+@pytest.mark.parametrize("name", CLEAN)
+def test_clean_artifacts_prove_with_no_finding(built, name) -> None:
+    r = ta.analyze_artifact(built(name).lowered)
+    assert r.form == "artifact" and r.proved and not r.findings, str(r)
+    assert r.obligations["proved"] >= 5  # every RESCALE/conv/edge was checked, not skipped
+
+
+def test_the_artifact_is_evidence_of_qflow_analyze(built) -> None:
+    """qflow.analyze of a lowered program includes the artifact obligations by default."""
+    lowered = built("seed000_probe").lowered
+    r = qflow.analyze(lowered)
+    kinds = [f.kind for f in r.errors]
+    assert "requant-after-passthrough" in kinds and "tosa-artifact-mismatch" in kinds
+    clean = qflow.analyze(built("seed000_control").lowered)
+    assert (
+        clean.proved
+        and clean.obligations["proved"] > ta.analyze_artifact(built("seed000_control").lowered).obligations["proved"]
+    )
+
+
+def test_seed000_on_the_artifact_alone_names_the_rescale_after_concat(built) -> None:
+    errors = _artifact_errors(built("seed000_probe").lowered)
+    first = errors[0]
+    assert "TOSA RESCALE #" in first.message and "PT2E node aten_cat_default" in first.message
+    assert "input_zp is 0" in first.message and "zp=102" in first.message  # the codes the concat really holds
+    assert first.expected == {
+        "dtype": "int8",
+        "scale": pytest.approx(0.1),
+        "zero_point": 102,
+        "qmin": -128,
+        "qmax": 127,
+    }
+    # the wrong scale reaches the output: the parent dequantizes codes in another domain
+    assert any("output 0" in f.message and "scale=0.1" in f.message for f in errors)
+
+
+@pytest.mark.parametrize("name", ["conv_relu_cat_signed", "conv_relu_cat_skip", "seed001_tiny_conv_relu_cat"])
+def test_the_relu_fusion_defect_is_a_dropped_clamp_in_the_artifact(built, name) -> None:
+    [f] = _artifact_errors(built(name).lowered)
+    assert "aten_relu_default" in f.message and "no CLAMP in the artifact enforces them" in f.message
+
+
+def test_seed002_boundary_on_the_artifact_alone() -> None:
+    from qflow.examples.models import lower_attention
+
+    lowered, _ = lower_attention(force_view_exit=True, backend="tosa")
+    errors = _artifact_errors(lowered)
+    assert errors and all("reads float32 real numbers" in f.message and "int8" in f.message for f in errors)
+    clean, _ = lower_attention(force_view_exit=False, backend="tosa")
+    assert ta.analyze_artifact(clean).proved
+
+
+class NegHardtanh(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.neg(F.hardtanh(x, 0.0, 6.0))
+
+
+@pytest.fixture(scope="module")
+def neg_case():
+    torch.manual_seed(0)
+    x = (torch.rand(1, 4, 4, 4) * 8 - 1,)
+    converted = arm.quantize(NegHardtanh().eval(), x)
+    return converted, arm.lower(converted, x), x
+
+
+def test_the_stock_neg_case_is_flagged_and_miscomputes(neg_case) -> None:
+    converted, lowered, x = neg_case
+    errors = _artifact_errors(lowered)
+    assert errors, "NEGATE keeps the scale: the parent dequantizes with the neg's own scale"
+    f = errors[-1]
+    assert "output 0" in f.message and "NEGATE" in f.message
+    held = float(re.search(r"holds codes in int8 scale=([0-9.e-]+)", f.message).group(1))
+    assert held != pytest.approx(f.expected["scale"], rel=1e-3)  # the hardtanh's scale, not the neg's
+    [out] = arm.run_tosa_reference(lowered, x)
+    assert (out - converted(*x)).abs().max() > 0.1  # what the finding predicts, measured
+
+
+# --------------------------------------------------------------------------
+# Mutation test: one edit at a time in clean flatbuffers, run on the TOSA
+# reference model; every mutant that changes the output must be flagged.
+# --------------------------------------------------------------------------
+
+
+class PadConvPool(nn.Module):
+    """An explicit PAD (constant_pad_nd) and an AVG_POOL2D, absent from the examples."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.avg_pool2d(self.conv(F.pad(x, (1, 1, 1, 1), value=0.0)), 2)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    what: str
+    buf: bytes
+
+
+def _patch(buf: bytearray, pos: int, fmt: str, value: int) -> bytes:
+    out = bytearray(buf)
+    struct.pack_into(fmt, out, pos, value)
+    return bytes(out)
+
+
+_FMT = {"INT8": "<b", "INT16": "<h", "INT32": "<i"}
+
+
+def _wrap(v: int, dtype: str) -> int:
+    bits = {"INT8": 8, "INT16": 16, "INT32": 32}[dtype]
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >= 1 << (bits - 1) else v
+
+
+def mutants(buf: bytes) -> list[Mutant]:
+    """Single edits: RESCALE multiplier/shift/zero points, a neutralised RESCALE
+    (multiplier 2^30, shift 30, zero points 0: the codes pass unconverted), conv
+    and matmul zero points, CLAMP bounds, TABLE entries, PAD constants."""
+    prog = ta.read(buf)
+    b = bytearray(buf)
+    out: list[Mutant] = []
+
+    def scalar(name: str, delta: int, what: str, k: int = 0) -> None:
+        t = prog.tensors[name]
+        if t.data_pos is None or t.dtype != "INT8":  # the reference model aborts on other non-zero zero points
+            return
+        size = struct.calcsize(_FMT[t.dtype])
+        v = _wrap(int(t.data[k]) + delta, t.dtype)
+        out.append(Mutant(what, _patch(b, t.data_pos + k * size, _FMT[t.dtype], v)))
+
+    for op in prog.ops:
+        tag = f"{op.op} #{op.index}"
+        if op.op == "RESCALE":
+            _, mult, shift, izp, ozp = op.inputs
+            m = prog.tensors[mult]
+            wide = m.dtype == "INT32"  # scale32; else 16-bit multipliers
+            bigger = min(int(m.data[0] * 1.25), (1 << (31 if wide else 15)) - 1)
+            out.append(Mutant(f"{tag} multiplier x1.25", _patch(b, m.data_pos, _FMT[m.dtype], bigger)))
+            scalar(shift, 1, f"{tag} shift +1")
+            # TOSA allows a non-zero zero point on int8 only: the reference model aborts the process otherwise
+            if prog.tensors[izp].dtype == "INT8":
+                scalar(izp, 3, f"{tag} input_zp +3")
+            if prog.tensors[ozp].dtype == "INT8":
+                scalar(ozp, 3, f"{tag} output_zp +3")
+            gone = bytearray(b)
+            one = 30 if wide else 14
+            for name, v in ((mult, 1 << one), (shift, one), (izp, 0), (ozp, 0)):
+                t = prog.tensors[name]
+                if t.dtype == "INT48":  # 6-byte little-endian
+                    gone[t.data_pos : t.data_pos + 6 * len(t.data)] = v.to_bytes(6, "little") * len(t.data)
+                    continue
+                size = struct.calcsize(_FMT[t.dtype])
+                for k in range(len(t.data)):
+                    struct.pack_into(_FMT[t.dtype], gone, t.data_pos + k * size, v)
+            out.append(Mutant(f"{tag} removed (a code copy)", bytes(gone)))
+        elif op.op in ("CONV2D", "DEPTHWISE_CONV2D", "MATMUL"):
+            for z in op.inputs[3:5] if op.op != "MATMUL" else op.inputs[2:4]:
+                if prog.tensors[z].dtype == "INT8":
+                    scalar(z, 3, f"{tag} {z} +3")
+        elif op.op in ("AVG_POOL2D", "NEGATE"):
+            scalar(op.inputs[1], 3, f"{tag} input_zp +3")
+            scalar(op.inputs[2], 3, f"{tag} output_zp +3")
+        elif op.op == "PAD" and len(op.inputs) > 2:
+            scalar(op.inputs[2], 5, f"{tag} pad_const +5")
+        elif op.op == "CLAMP":
+            fmt = "<b" if len(op.attrs["min_bytes"]) == 1 else "<h"
+            lo = struct.unpack(fmt, op.attrs["min_bytes"])[0]
+            hi = struct.unpack(fmt, op.attrs["max_bytes"])[0]
+            out.append(Mutant(f"{tag} min +5", _patch(b, op.attrs["min_pos"], fmt, lo + 5)))
+            out.append(Mutant(f"{tag} max -5", _patch(b, op.attrs["max_pos"], fmt, hi - 5)))
+        elif op.op == "TABLE":
+            t = prog.tensors[op.inputs[1]]
+            for k in (0, 64, 128, 160, 192, 255):
+                scalar(t.name, 9, f"{tag} entry {k - 128} +9", k)
+    return out
+
+
+def _run(lowered, inputs) -> torch.Tensor | None:
+    try:
+        return torch.cat([o.reshape(-1) for o in arm.run_tosa_reference(lowered, inputs)])
+    except Exception:  # the reference model rejects the mutant (not a silent miscompile)
+        return None
+
+
+def _mutation_models(built):
+    torch.manual_seed(9)
+    x = (torch.randn(1, 3, 8, 8),)
+    extra = arm.lower(arm.quantize(PadConvPool().eval(), x), x)
+    yield "pad_conv_pool", extra, x
+    for name in ("seed000_control", "conv_bn_relu6_residual", "conv_cat_skip", "attention", "mixed_a16w8"):
+        b = built(name)
+        yield name, b.lowered, b.inputs
+
+
+def test_every_output_changing_mutant_is_detected(built, capsys) -> None:
+    score = {"mutants": 0, "output changed": 0, "detected": 0, "rejected by the reference model": 0, "equivalent": 0}
+    missed, equivalent_flagged = [], 0
+    for name, lowered, inputs in _mutation_models(built):
+        program = copy.deepcopy(lowered)
+        gm = program.exported_program().graph_module
+        lms = [m for n, m in gm.named_children() if n.startswith("lowered_module")]
+        assert ta.analyze_artifact(program).proved, name  # the unmodified artifact: 0 findings
+        base = _run(program, inputs)
+        assert base is not None
+        for lm in lms:
+            original = bytes(lm.processed_bytes)
+            for mut in mutants(original):
+                lm._processed_bytes = mut.buf
+                score["mutants"] += 1
+                flagged = not ta.analyze_artifact(program).proved
+                out = _run(program, inputs)
+                if out is None:
+                    score["rejected by the reference model"] += 1
+                elif not torch.equal(out, base):
+                    score["output changed"] += 1
+                    score["detected"] += flagged
+                    if not flagged:
+                        missed.append(f"{name}: {mut.what}")
+                else:
+                    score["equivalent"] += 1
+                    equivalent_flagged += flagged
+            lm._processed_bytes = original
+    with capsys.disabled():
+        print(f"\nmutation score: {score} (equivalent mutants flagged anyway: {equivalent_flagged})")
+    assert score["output changed"] >= 40
+    assert not missed, missed
+    assert score["detected"] == score["output changed"]
+
+
+def test_mutant_reader_round_trips(built) -> None:
+    """A mutant differs from the artifact in exactly the bytes of its one edit."""
+    buf = bytes(built("conv_cat_skip").lowered.exported_program().graph_module.lowered_module_0.processed_bytes)
+    for m in mutants(buf)[:20]:
+        diff = np.nonzero(np.frombuffer(m.buf, np.uint8) != np.frombuffer(buf, np.uint8))[0]
+        limit = 160 if "removed" in m.what else 4  # a removal rewrites the multiplier/shift of every channel
+        assert 0 < len(diff) <= limit, m.what
