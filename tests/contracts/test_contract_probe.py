@@ -76,6 +76,11 @@ def check(table: dict[tuple[str, str], probe.Measurement], target: str, case: pr
     assert stock.outcome in (probe.EXACT, probe.CPU), where
     if zp.outcome == probe.NOT_QUANTIZED:
         pytest.fail(f"the probe could not quantize the op's output: {where}")
+    marked = targets.get(target).lowers_only_marked
+    if marked is not None and not (stock.custom_meta.get(marked[0]) or {}).get(marked[1], False):
+        # the target lowers only nodes its quantizer marked: an unmarked op stays on the CPU in float
+        assert (stock.outcome, zp.outcome, scale.outcome) == (probe.CPU,) * 3, f"unmarked op delegated: {where}"
+        return
     if rule is OpRule.CPU_FLOAT:
         assert zp.outcome == probe.CPU and scale.outcome == probe.CPU, where
         return
