@@ -303,6 +303,8 @@ class Measurement:
     cpu_ops: tuple[str, ...] = field(default_factory=tuple)
     #: The op node's ``meta["custom"]`` marks, for targets that lower only marked nodes (Arm).
     custom_meta: dict = field(default_factory=dict)
+    #: (scale, zero point) of the branch's output quantize as the quantizer chose it.
+    out_qparams: tuple[float, int] | None = None
 
     def row(self) -> dict[str, object]:
         return {
@@ -315,6 +317,7 @@ class Measurement:
             "form": self.form,
             "quantizer": self.quantizer,
             "detail": self.detail,
+            "out_qparams": self.out_qparams,
             "custom_meta": {k: dict(v) if isinstance(v, dict) else repr(v) for k, v in self.custom_meta.items()},
         }
 
@@ -341,6 +344,8 @@ class Backend:
     """One target's quantize / lower / run. Subclasses wrap the real pipelines."""
 
     name: str
+    #: Cases measured after a carrier add in batches: their op alone is not delegated.
+    carried: frozenset[str] = frozenset()
 
     def quantize(self, case: Case, model: torch.nn.Module, samples: list[tuple[torch.Tensor, ...]]) -> tuple:
         raise NotImplementedError
@@ -371,6 +376,10 @@ def _fold_calibration(samples: list[tuple[torch.Tensor, ...]]) -> tuple[torch.Te
 
 
 class ArmBackend(Backend):
+    # The TOSA partitioner rejects a partition of no-op nodes only (a lone view); measured
+    # per case by `measure_case`, which falls back to the carrier for exactly these.
+    carried = frozenset({"view", "reshape", "flatten"})
+
     def __init__(self, spec: str = "TOSA-1.0+INT", int16: bool = False) -> None:
         self.spec = spec
         self.int16 = int16
@@ -749,16 +758,19 @@ def measure_batch(
     backend: Backend,
     cases: Sequence[Case],
     variant: str,
-    carried: frozenset[str] = frozenset(),
+    carried: frozenset[str] | None = None,
     custom: bool = False,
 ) -> list[Measurement]:
     """Measure one variant of many cases with one quantize/lower/run (split on refusal)."""
+    if carried is None:
+        carried = backend.carried
     model = _Batch(cases, carried)
     samples = [batch_inputs(cases, carried, seed) for seed in range(3)]
     converted, how = backend.quantize_batch(cases, model, samples, custom)
-    metas = []
+    metas, qparams = [], []
     for i in range(len(cases)):
         q = branch_q(converted, i)
+        qparams.append((float(q.args[1]), int(q.args[2])) if q is not None else None)
         op = q.args[0] if q is not None else None
         metas.append(dict(op.meta.get("custom") or {}) if isinstance(op, torch.fx.Node) else {})
     gm, quantized = move_branch_domains(converted, variant)
@@ -791,6 +803,7 @@ def measure_batch(
     scales = [float(n.args[1]) if isinstance(n, torch.fx.Node) and _is_dq(n) else None for n in _outputs(gm)]
     for i, m in enumerate(results):
         m.custom_meta = metas[i]
+        m.out_qparams = qparams[i]
         if not quantized[i] and variant != "stock":
             m.outcome = NOT_QUANTIZED
             continue

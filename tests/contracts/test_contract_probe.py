@@ -101,3 +101,27 @@ def test_arm_tosa_contract(arm_table, case: probe.Case) -> None:
 @pytest.mark.parametrize("case", probe.CASES, ids=CASE_NAMES)
 def test_xnnpack_contract(xnnpack_table, case: probe.Case) -> None:
     check(xnnpack_table, "xnnpack", case)
+
+
+@pytest.fixture(scope="session")
+def xnnpack_fusion() -> dict[str, probe.Measurement]:
+    return {m.case: m for m in probe.measure_batch(probe.XnnpackBackend(), list(probe.FUSION_CASES), "stock")}
+
+
+@pytest.mark.parametrize("case", probe.FUSION_CASES, ids=[c.name for c in probe.FUSION_CASES])
+def test_xnnpack_clamps_in_code_space(xnnpack_fusion, case: probe.Case) -> None:
+    """conv/linear → relu → cat(·, signed): the relu shares the cat's domain, whose zero point
+    is above qmin, and XNNPACK still computes it within 1 LSB (Fusion.CODE_CLAMP)."""
+    m = xnnpack_fusion[case.name]
+    assert m.out_qparams is not None and m.out_qparams[1] > -128, m.row()
+    assert m.outcome == probe.EXACT, m.row()
+    assert targets.get("xnnpack").fusion is targets.Fusion.CODE_CLAMP
+
+
+def test_xnnpack_refuses_a_cat_that_changes_domain_at_load(xnnpack_table) -> None:
+    """A cat whose output quantize differs from its inputs' is refused when the runtime loads it."""
+    for variant in ("zp", "scale"):
+        m = xnnpack_table[("cat", variant)]
+        assert m.outcome == probe.REFUSED_LOAD, m.row()
+        assert "Failed to create cat" in m.detail, m.row()
+    assert targets.get("xnnpack").outcome is targets.Outcome.REFUSED_AT_LOAD

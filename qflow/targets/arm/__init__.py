@@ -22,6 +22,12 @@ TARGET = Target(
         "hardtanh_": OpRule.CODE_COPY,
         "clamp": OpRule.CODE_COPY,
         "clamp_": OpRule.CODE_COPY,
+        # Measured by the contract probe (benchmarks/contracts.md): TOSA AVG_POOL2D and RESIZE
+        # (nearest and bilinear) are lowered without a rescale: a domain change across them
+        # miscomputes (avg_pool2d: zp shift 165 LSB, scale ×1.37 16 LSB; upsample 9 / 30-35 LSB).
+        "avg_pool2d": OpRule.CODE_COPY,
+        "upsample_nearest2d": OpRule.CODE_COPY,
+        "upsample_bilinear2d": OpRule.CODE_COPY,
     },
     fusion=Fusion.NARROW_QMIN,
     int16_zero_point_zero=True,
