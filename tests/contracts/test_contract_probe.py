@@ -18,6 +18,8 @@ per variant (`probe.measure_batch`), built once per session.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -52,6 +54,12 @@ def _table(backend: probe.Backend, custom_forced: bool) -> dict[tuple[str, str],
         custom = custom_forced and variant != "stock"
         for m in probe.measure_batch(backend, list(probe.CASES), variant, custom=custom):
             table[(m.case, variant)] = m
+    if dump := os.environ.get("QFLOW_CONTRACTS_DUMP"):  # the raw rows, for benchmarks/contracts.py --merge
+        rows = [m.row() for m in table.values()]
+        path = Path(dump)
+        old = json.loads(path.read_text())["rows"] if path.exists() else []
+        keep = [r for r in old if r["target"] != backend.name]
+        path.write_text(json.dumps({"rows": keep + rows}, indent=1, default=str))
     return table
 
 

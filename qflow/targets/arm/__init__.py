@@ -26,6 +26,7 @@ TARGET = Target(
         # (nearest and bilinear) are lowered without a rescale: a domain change across them
         # miscomputes (avg_pool2d: zp shift 165 LSB, scale ×1.37 16 LSB; upsample 9 / 30-35 LSB).
         "avg_pool2d": OpRule.CODE_COPY,
+        "adaptive_avg_pool2d": OpRule.CODE_COPY,  # lowered as AVG_POOL2D: zp 131 LSB, scale 3 LSB
         "upsample_nearest2d": OpRule.CODE_COPY,
         "upsample_bilinear2d": OpRule.CODE_COPY,
     },
