@@ -72,6 +72,8 @@ def cell(m: dict) -> str:
         short += "†"
     if m.get("form") == "after add":
         short += "*"
+    if m.get("form") == "batch":
+        short += "‡"
     return short
 
 
@@ -117,6 +119,8 @@ def render(data: dict) -> str:
         "`*` measured after a carrier `add` (`op(x + c)`): the partitioner does not delegate the op alone.",
         "`†` the stock quantizer leaves the op in float; it was annotated int8 by the probe (input act qspec,",
         "output shared for pass-through ops / own observer otherwise), as a custom annotation would.",
+        "`‡` measured in a batched program (every case an independent branch, one lowering per variant),",
+        "as `tests/contracts/test_contract_probe.py` does; unmarked cells are one program per case.",
         "`CPU`: the op stays outside the delegate. `float`: no quantize on the op's output to move.",
         "",
         "Reading: RESCALE = zp and scale exact; ZP_ONLY = zp exact, scale miscompiles; CODE_COPY = neither.",
@@ -226,8 +230,8 @@ def main() -> None:
         other = json.loads(extra.read_text())
         keys = {(r["target"], r["case"], r["variant"]) for r in other["rows"]}
         data["rows"] = [r for r in data["rows"] if (r["target"], r["case"], r["variant"]) not in keys] + other["rows"]
-        data.setdefault("date", other["date"])
-        data.setdefault("versions", other["versions"])
+        data.setdefault("date", other.get("date", ""))
+        data.setdefault("versions", other.get("versions", versions()))
     MD.write_text(render(data))
 
 

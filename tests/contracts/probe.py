@@ -742,8 +742,21 @@ def branch_delegates(top: torch.fx.GraphModule, i: int) -> set[str]:
     return found
 
 
-def placement(top: torch.fx.GraphModule, i: int) -> tuple[bool, str]:
-    """Whether branch `i`'s output comes from a delegate; else the CPU op producing it."""
+def placement(top: torch.fx.GraphModule, i: int, op: str = "") -> tuple[bool, str]:
+    """Whether branch `i`'s op runs in a delegate; else the CPU op producing its output.
+
+    The op is on the CPU when a node of it is still in the top-level graph upstream
+    of the branch's output (its quantize / dequantize may be delegates of their own)."""
+    names = _ALIASES.get(op, {op})
+    seen, stack = set(), [_outputs(top)[i]]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, torch.fx.Node) or node in seen:
+            continue
+        seen.add(node)
+        if node.op == "call_function" and _base(node.target) in names:
+            return False, _base(node.target)
+        stack.extend(node.all_input_nodes)
     node = _outputs(top)[i]
     while isinstance(node, torch.fx.Node) and (_is_q(node) or _is_dq(node)):
         node = node.args[0]
@@ -809,7 +822,7 @@ def measure_batch(
             continue
         lsb = max(compare([ref[i]], [out[i]], scales[i]) for ref, out in zip(reference, outs, strict=True))
         m.lsb = round(lsb, 2)
-        delegated, cpu_op = placement(top, i)
+        delegated, cpu_op = placement(top, i, cases[i].op)
         if not quantized[i]:
             m.detail = "float (the quantizer leaves it unquantized)"
         if not delegated:
