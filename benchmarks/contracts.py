@@ -85,6 +85,8 @@ def measured_rule(by: dict[str, dict]) -> str:
     zp, scale = (cell(by[v]) if v in by else "" for v in ("zp", "scale"))
     if "zp" not in by:  # int16: only the scale moves
         return "RESCALE" if scale.startswith("exact") else "ZP_ONLY/CODE_COPY" if scale.startswith(WRONG) else "?"
+    if "scale" not in by:
+        return "(scale pending)"
     if zp.startswith("CPU") and scale.startswith("CPU"):
         return "CPU_FLOAT"
     if zp.startswith("exact") and scale.startswith("exact"):
@@ -150,7 +152,7 @@ def render(data: dict) -> str:
                 shown = f"({default})"
             else:
                 default, shown = rule.name, rule.name
-            if by and "stock" in by and got not in (default, "ZP_ONLY/CODE_COPY") and "zp" in by:
+            if by and got not in (default, "ZP_ONLY/CODE_COPY", "(scale pending)") and "zp" in by:
                 shown += " ≠"
             cells.append(shown)
         lines.append("| " + " | ".join(cells) + " |")
@@ -167,8 +169,20 @@ def render(data: dict) -> str:
         for r in details:
             lines.append(f"- {r['target']} `{r['case']}` {r['variant']}: {r['outcome']} — {r['detail'][:300]}")
         lines.append("")
-    for extra in data.get("extras", []):
-        lines.append(extra)
+    lines += [
+        "## Notes",
+        "",
+        "- arm-tosa `relu6`: the stock `TOSAQuantizer` does not mark a standalone relu6 quantized",
+        "  (`_arm_annotation_info`), so the INT partitioner leaves it on the CPU in float — predicted by the",
+        "  target's `lowers_only_marked`, not by its op rule; when marked it is a clamp like hardtanh (CODE_COPY).",
+        "- arm-tosa+int16 (a16w8, zero point 0): only the scale moves; every op keeps its int8 behaviour.",
+        "- xnnpack: the stock `XNNPACKQuantizer` quantizes only conv/linear/add/mul/cat/adaptive_avg_pool2d",
+        "  here (shared-qspec ops only after a quantized producer); every other op is measured with the probe's",
+        "  int8 annotation (†). A refusal names the XNNPACK node the runtime could not create.",
+        "- xnnpack fusion: conv→relu→cat(·, signed) and linear→relu→cat(·, signed) rows: the relu shares the",
+        "  cat's domain (zero point above qmin) and XNNPACK clamps in code space (`Fusion.CODE_CLAMP`).",
+        "",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -232,6 +246,8 @@ def main() -> None:
         data["rows"] = [r for r in data["rows"] if (r["target"], r["case"], r["variant"]) not in keys] + other["rows"]
         data.setdefault("date", other.get("date", ""))
         data.setdefault("versions", other.get("versions", versions()))
+    if args.merge:
+        args.json.write_text(json.dumps(data, indent=1))
     MD.write_text(render(data))
 
 
