@@ -132,7 +132,11 @@ def render(data: dict) -> str:
     header = "| case | op | " + " | ".join(f"{t} stock | zp | scale | measured | rule" for t in tnames) + " |"
     lines += [header, "|" + "---|" * (2 + 5 * len(tnames))]
     order = [c.name for c in (*probe.CASES, *probe.FUSION_CASES)]
-    cases = sorted(dict.fromkeys(r["case"] for r in rows), key=lambda c: order.index(c) if c in order else len(order))
+    fusion = {c.name for c in probe.FUSION_CASES}
+    cases = sorted(
+        (c for c in dict.fromkeys(r["case"] for r in rows) if c not in fusion),
+        key=lambda c: order.index(c) if c in order else len(order),
+    )
     for c in cases:
         op = next(r["op"] for r in rows if r["case"] == c)
         cells = [c, f"`{op}`"]
@@ -163,6 +167,22 @@ def render(data: dict) -> str:
         "disagreement with the measurement.",
         "",
     ]
+    frows = [r for r in rows if r["case"] in fusion]
+    if frows:
+        lines += [
+            "## Activation fusion into a shared signed domain (stock quantizer)",
+            "",
+            "| target | program | cat domain (scale, zp) | outcome |",
+            "|---|---|---|---|",
+        ]
+        for r in frows:
+            q = r.get("out_qparams")
+            lines.append(
+                f"| {r['target']} | {r['case']} | {q[0]:.4g}, {q[1]} | {cell(r)} |"
+                if q
+                else f"| {r['target']} | {r['case']} | - | {cell(r)} |"
+            )
+        lines.append("")
     details = [r for r in rows if r["detail"] and r["outcome"] not in ("exact", "miscompile")]
     if details:
         lines += ["## Refusals and CPU placements", ""]
