@@ -72,6 +72,8 @@ def cell(m: dict) -> str:
         short += "†"
     if m.get("form") == "after add":
         short += "*"
+    if m.get("form") == "batch":
+        short += "‡"
     return short
 
 
@@ -83,6 +85,8 @@ def measured_rule(by: dict[str, dict]) -> str:
     zp, scale = (cell(by[v]) if v in by else "" for v in ("zp", "scale"))
     if "zp" not in by:  # int16: only the scale moves
         return "RESCALE" if scale.startswith("exact") else "ZP_ONLY/CODE_COPY" if scale.startswith(WRONG) else "?"
+    if "scale" not in by:
+        return "(scale pending)"
     if zp.startswith("CPU") and scale.startswith("CPU"):
         return "CPU_FLOAT"
     if zp.startswith("exact") and scale.startswith("exact"):
@@ -117,6 +121,8 @@ def render(data: dict) -> str:
         "`*` measured after a carrier `add` (`op(x + c)`): the partitioner does not delegate the op alone.",
         "`†` the stock quantizer leaves the op in float; it was annotated int8 by the probe (input act qspec,",
         "output shared for pass-through ops / own observer otherwise), as a custom annotation would.",
+        "`‡` measured in a batched program (every case an independent branch, one lowering per variant),",
+        "as `tests/contracts/test_contract_probe.py` does; unmarked cells are one program per case.",
         "`CPU`: the op stays outside the delegate. `float`: no quantize on the op's output to move.",
         "",
         "Reading: RESCALE = zp and scale exact; ZP_ONLY = zp exact, scale miscompiles; CODE_COPY = neither.",
@@ -126,7 +132,11 @@ def render(data: dict) -> str:
     header = "| case | op | " + " | ".join(f"{t} stock | zp | scale | measured | rule" for t in tnames) + " |"
     lines += [header, "|" + "---|" * (2 + 5 * len(tnames))]
     order = [c.name for c in (*probe.CASES, *probe.FUSION_CASES)]
-    cases = sorted(dict.fromkeys(r["case"] for r in rows), key=lambda c: order.index(c) if c in order else len(order))
+    fusion = {c.name for c in probe.FUSION_CASES}
+    cases = sorted(
+        (c for c in dict.fromkeys(r["case"] for r in rows) if c not in fusion),
+        key=lambda c: order.index(c) if c in order else len(order),
+    )
     for c in cases:
         op = next(r["op"] for r in rows if r["case"] == c)
         cells = [c, f"`{op}`"]
@@ -146,7 +156,7 @@ def render(data: dict) -> str:
                 shown = f"({default})"
             else:
                 default, shown = rule.name, rule.name
-            if by and "stock" in by and got not in (default, "ZP_ONLY/CODE_COPY") and "zp" in by:
+            if by and got not in (default, "ZP_ONLY/CODE_COPY", "(scale pending)") and "zp" in by:
                 shown += " ≠"
             cells.append(shown)
         lines.append("| " + " | ".join(cells) + " |")
@@ -157,14 +167,42 @@ def render(data: dict) -> str:
         "disagreement with the measurement.",
         "",
     ]
+    frows = [r for r in rows if r["case"] in fusion]
+    if frows:
+        lines += [
+            "## Activation fusion into a shared signed domain (stock quantizer)",
+            "",
+            "| target | program | cat domain (scale, zp) | outcome |",
+            "|---|---|---|---|",
+        ]
+        for r in frows:
+            q = r.get("out_qparams")
+            lines.append(
+                f"| {r['target']} | {r['case']} | {q[0]:.4g}, {q[1]} | {cell(r)} |"
+                if q
+                else f"| {r['target']} | {r['case']} | - | {cell(r)} |"
+            )
+        lines.append("")
     details = [r for r in rows if r["detail"] and r["outcome"] not in ("exact", "miscompile")]
     if details:
         lines += ["## Refusals and CPU placements", ""]
         for r in details:
             lines.append(f"- {r['target']} `{r['case']}` {r['variant']}: {r['outcome']} — {r['detail'][:300]}")
         lines.append("")
-    for extra in data.get("extras", []):
-        lines.append(extra)
+    lines += [
+        "## Notes",
+        "",
+        "- arm-tosa `relu6`: the stock `TOSAQuantizer` does not mark a standalone relu6 quantized",
+        "  (`_arm_annotation_info`), so the INT partitioner leaves it on the CPU in float — predicted by the",
+        "  target's `lowers_only_marked`, not by its op rule; when marked it is a clamp like hardtanh (CODE_COPY).",
+        "- arm-tosa+int16 (a16w8, zero point 0): only the scale moves; every op keeps its int8 behaviour.",
+        "- xnnpack: the stock `XNNPACKQuantizer` quantizes only conv/linear/add/mul/cat/adaptive_avg_pool2d",
+        "  here (shared-qspec ops only after a quantized producer); every other op is measured with the probe's",
+        "  int8 annotation (†). A refusal names the XNNPACK node the runtime could not create.",
+        "- xnnpack fusion: conv→relu→cat(·, signed) and linear→relu→cat(·, signed) rows: the relu shares the",
+        "  cat's domain (zero point above qmin) and XNNPACK clamps in code space (`Fusion.CODE_CLAMP`).",
+        "",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -226,8 +264,10 @@ def main() -> None:
         other = json.loads(extra.read_text())
         keys = {(r["target"], r["case"], r["variant"]) for r in other["rows"]}
         data["rows"] = [r for r in data["rows"] if (r["target"], r["case"], r["variant"]) not in keys] + other["rows"]
-        data.setdefault("date", other["date"])
-        data.setdefault("versions", other["versions"])
+        data.setdefault("date", other.get("date", ""))
+        data.setdefault("versions", other.get("versions", versions()))
+    if args.merge:
+        args.json.write_text(json.dumps(data, indent=1))
     MD.write_text(render(data))
 
 

@@ -66,15 +66,18 @@ def quantize(model: torch.nn.Module, inputs: Inputs, quantizer: Quantizer | None
     return convert_pt2e(prepared)
 
 
-def lower(converted_or_ep: torch.fx.GraphModule | ExportedProgram, inputs: Inputs) -> EdgeProgramManager:
-    """Lower with the stock XnnpackPartitioner."""
+def lower(
+    converted_or_ep: torch.fx.GraphModule | ExportedProgram, inputs: Inputs, per_op: bool = False
+) -> EdgeProgramManager:
+    """Lower with the stock XnnpackPartitioner (``per_op``: one delegate per op, so a
+    load refusal can be traced to its op with :func:`load_delegates`)."""
     if isinstance(converted_or_ep, ExportedProgram):
         aten_ep = converted_or_ep
     else:
         aten_ep = torch.export.export(converted_or_ep, inputs, strict=True)
     return to_edge_transform_and_lower(
         aten_ep,
-        partitioner=[XnnpackPartitioner()],
+        partitioner=[XnnpackPartitioner(per_op_mode=per_op)],
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
     )
 
@@ -97,6 +100,34 @@ def _captured_stderr() -> Iterator[list[str]]:
             os.close(saved)
             tmp.seek(0)
             sink.append(tmp.read().decode(errors="replace"))
+
+
+def load(buffer: bytes) -> None:
+    """Load a program's ``forward`` on the runtime (delegates are initialised); raise :class:`LoadError`."""
+    from executorch.runtime import Runtime
+
+    with _captured_stderr() as log:
+        try:
+            Runtime.get().load_program(buffer).load_method("forward")
+            error = None
+        except Exception as exc:  # the pybinding raises RuntimeError / ValueError
+            error = exc
+    if error is not None:
+        raise LoadError(f"ExecuTorch runtime refused to load the program: {error}", log[0].strip() if log else "")
+
+
+def load_delegates(edge: EdgeProgramManager) -> dict[str, str]:
+    """Load every XNNPACK delegate of `edge` on its own; the refused ones → the runtime's log."""
+    gm = edge.exported_program().graph_module
+    refused = {}
+    for node in gm.graph.nodes:
+        if node.op == "get_attr" and node.target.startswith("lowered_module"):
+            try:
+                load(getattr(gm, node.target).buffer())
+            except LoadError as exc:
+                lines = [ln for ln in exc.log.splitlines() if ln.strip()]
+                refused[node.target] = " | ".join(lines[-3:]) or str(exc)
+    return refused
 
 
 def run(program: ExecutorchProgramManager | bytes, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:

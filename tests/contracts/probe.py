@@ -301,6 +301,10 @@ class Measurement:
     quantizer: str = "stock"
     detail: str = ""
     cpu_ops: tuple[str, ...] = field(default_factory=tuple)
+    #: The op node's ``meta["custom"]`` marks, for targets that lower only marked nodes (Arm).
+    custom_meta: dict = field(default_factory=dict)
+    #: (scale, zero point) of the branch's output quantize as the quantizer chose it.
+    out_qparams: tuple[float, int] | None = None
 
     def row(self) -> dict[str, object]:
         return {
@@ -313,6 +317,8 @@ class Measurement:
             "form": self.form,
             "quantizer": self.quantizer,
             "detail": self.detail,
+            "out_qparams": self.out_qparams,
+            "custom_meta": {k: dict(v) if isinstance(v, dict) else repr(v) for k, v in self.custom_meta.items()},
         }
 
 
@@ -338,6 +344,8 @@ class Backend:
     """One target's quantize / lower / run. Subclasses wrap the real pipelines."""
 
     name: str
+    #: Cases measured after a carrier add in batches: their op alone is not delegated.
+    carried: frozenset[str] = frozenset()
 
     def quantize(self, case: Case, model: torch.nn.Module, samples: list[tuple[torch.Tensor, ...]]) -> tuple:
         raise NotImplementedError
@@ -345,6 +353,14 @@ class Backend:
     def lower_and_run(self, gm: torch.fx.GraphModule, op: str, samples: list[tuple[torch.Tensor, ...]]):
         """Returns (delegated: bool, cpu_ops, outputs per sample) or raises _Refused."""
         raise NotImplementedError
+
+
+class PartlyRefused(Exception):  # noqa: N818 - an outcome, not a bug
+    """Some delegates (traced to branches) were refused at load; the rest were not run."""
+
+    def __init__(self, branches: dict[int, str]) -> None:
+        super().__init__(str(branches))
+        self.branches = branches
 
 
 class Refused(Exception):  # noqa: N818 - an outcome, not a bug
@@ -360,6 +376,10 @@ def _fold_calibration(samples: list[tuple[torch.Tensor, ...]]) -> tuple[torch.Te
 
 
 class ArmBackend(Backend):
+    # The TOSA partitioner rejects a partition of no-op nodes only (a lone view); measured
+    # per case by `measure_case`, which falls back to the carrier for exactly these.
+    carried = frozenset({"view", "reshape", "flatten"})
+
     def __init__(self, spec: str = "TOSA-1.0+INT", int16: bool = False) -> None:
         self.spec = spec
         self.int16 = int16
@@ -462,10 +482,21 @@ class XnnpackBackend(Backend):
         from qflow.integrations import xnnpack
 
         try:
-            edge = xnnpack.lower(gm, samples[0])
+            edge = xnnpack.lower(gm, samples[0], per_op=True)
             program = xnnpack.to_executorch(edge)
         except Exception as exc:  # noqa: BLE001
             raise Refused(REFUSED_LOWERING, _short(exc)) from exc
+        top = edge.exported_program().graph_module
+        refused = xnnpack.load_delegates(edge)
+        if refused:
+            by_branch = {}
+            for i in range(len(_outputs(top))):
+                for lm in branch_delegates(top, i):
+                    if lm in refused:
+                        by_branch[i] = refused[lm]
+            if not by_branch:
+                raise Refused(REFUSED_LOAD, "; ".join(refused.values()))
+            raise PartlyRefused(by_branch)
         outs = []
         for s in samples:
             try:
@@ -473,7 +504,7 @@ class XnnpackBackend(Backend):
             except xnnpack.LoadError as exc:
                 lines = [ln for ln in exc.log.splitlines() if ln.strip()]
                 raise Refused(REFUSED_LOAD, " | ".join(lines[-3:])[:400] or _short(exc)) from exc
-        return edge.exported_program().graph_module, outs
+        return top, outs
 
     def lower_and_run(self, gm, op, samples):
         from qflow.integrations import xnnpack
@@ -697,8 +728,35 @@ def move_branch_domains(gm: torch.fx.GraphModule, variant: str) -> tuple[torch.f
     return gm, moved
 
 
-def placement(top: torch.fx.GraphModule, i: int) -> tuple[bool, str]:
-    """Whether branch `i`'s output comes from a delegate; else the CPU op producing it."""
+def branch_delegates(top: torch.fx.GraphModule, i: int) -> set[str]:
+    """The lowered modules branch `i`'s output depends on."""
+    seen, stack, found = set(), [_outputs(top)[i]], set()
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, torch.fx.Node) or node in seen:
+            continue
+        seen.add(node)
+        if node.op == "get_attr" and str(node.target).startswith("lowered_module"):
+            found.add(str(node.target))
+        stack.extend(node.all_input_nodes)
+    return found
+
+
+def placement(top: torch.fx.GraphModule, i: int, op: str = "") -> tuple[bool, str]:
+    """Whether branch `i`'s op runs in a delegate; else the CPU op producing its output.
+
+    The op is on the CPU when a node of it is still in the top-level graph upstream
+    of the branch's output (its quantize / dequantize may be delegates of their own)."""
+    names = _ALIASES.get(op, {op})
+    seen, stack = set(), [_outputs(top)[i]]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, torch.fx.Node) or node in seen:
+            continue
+        seen.add(node)
+        if node.op == "call_function" and _base(node.target) in names:
+            return False, _base(node.target)
+        stack.extend(node.all_input_nodes)
     node = _outputs(top)[i]
     while isinstance(node, torch.fx.Node) and (_is_q(node) or _is_dq(node)):
         node = node.args[0]
@@ -713,13 +771,21 @@ def measure_batch(
     backend: Backend,
     cases: Sequence[Case],
     variant: str,
-    carried: frozenset[str] = frozenset(),
+    carried: frozenset[str] | None = None,
     custom: bool = False,
 ) -> list[Measurement]:
     """Measure one variant of many cases with one quantize/lower/run (split on refusal)."""
+    if carried is None:
+        carried = backend.carried
     model = _Batch(cases, carried)
     samples = [batch_inputs(cases, carried, seed) for seed in range(3)]
     converted, how = backend.quantize_batch(cases, model, samples, custom)
+    metas, qparams = [], []
+    for i in range(len(cases)):
+        q = branch_q(converted, i)
+        qparams.append((float(q.args[1]), int(q.args[2])) if q is not None else None)
+        op = q.args[0] if q is not None else None
+        metas.append(dict(op.meta.get("custom") or {}) if isinstance(op, torch.fx.Node) else {})
     gm, quantized = move_branch_domains(converted, variant)
     with torch.no_grad():
         reference = [list(gm(*s)) for s in samples]
@@ -731,6 +797,14 @@ def measure_batch(
     ]
     try:
         top, outs = backend.lower_and_run_batch(gm, samples)
+    except PartlyRefused as p:
+        for i, detail in p.branches.items():
+            results[i].outcome, results[i].detail = REFUSED_LOAD, detail
+        rest = [c for i, c in enumerate(cases) if i not in p.branches]
+        if rest:
+            again = {m.case: m for m in measure_batch(backend, rest, variant, carried, custom)}
+            results = [again.get(m.case, m) if i not in p.branches else m for i, m in enumerate(results)]
+        return results
     except Refused as r:
         if len(cases) == 1:
             results[0].outcome, results[0].detail = r.stage, r.detail
@@ -741,12 +815,14 @@ def measure_batch(
         )
     scales = [float(n.args[1]) if isinstance(n, torch.fx.Node) and _is_dq(n) else None for n in _outputs(gm)]
     for i, m in enumerate(results):
+        m.custom_meta = metas[i]
+        m.out_qparams = qparams[i]
         if not quantized[i] and variant != "stock":
             m.outcome = NOT_QUANTIZED
             continue
         lsb = max(compare([ref[i]], [out[i]], scales[i]) for ref, out in zip(reference, outs, strict=True))
         m.lsb = round(lsb, 2)
-        delegated, cpu_op = placement(top, i)
+        delegated, cpu_op = placement(top, i, cases[i].op)
         if not quantized[i]:
             m.detail = "float (the quantizer leaves it unquantized)"
         if not delegated:

@@ -22,6 +22,23 @@ TARGET = Target(
         "hardtanh_": OpRule.CODE_COPY,
         "clamp": OpRule.CODE_COPY,
         "clamp_": OpRule.CODE_COPY,
+        # Measured by the contract probe (benchmarks/contracts.md): TOSA AVG_POOL2D and RESIZE
+        # (nearest and bilinear) are lowered without a rescale: a domain change across them
+        # miscomputes (avg_pool2d: zp shift 165 LSB, scale ×1.37 16 LSB; upsample 9 / 30-35 LSB).
+        "avg_pool2d": OpRule.CODE_COPY,
+        "adaptive_avg_pool2d": OpRule.CODE_COPY,  # lowered as AVG_POOL2D: zp 131 LSB, scale 3 LSB
+        # Explicit where the xnnpack contract differs, so the generic target (which combines
+        # the listed rules) keeps Arm's: these pass-through ops copy codes (9 / 27-38 LSB) and
+        # sum rescales (exact), all measured.
+        "stack": OpRule.CODE_COPY,
+        "slice": OpRule.CODE_COPY,
+        "constant_pad_nd": OpRule.CODE_COPY,
+        "squeeze": OpRule.CODE_COPY,
+        "unsqueeze": OpRule.CODE_COPY,
+        "pixel_shuffle": OpRule.CODE_COPY,
+        "sum": OpRule.RESCALE,
+        "upsample_nearest2d": OpRule.CODE_COPY,
+        "upsample_bilinear2d": OpRule.CODE_COPY,
     },
     fusion=Fusion.NARROW_QMIN,
     int16_zero_point_zero=True,

@@ -5,12 +5,32 @@ Measured on executorch 1.5.1 with the ExecuTorch runtime by the contract probe.
 
 from __future__ import annotations
 
-from qflow.targets.contract import Fusion, Outcome, Target
+from qflow.targets.contract import Fusion, OpRule, Outcome, Target
 
 TARGET = Target(
     name="xnnpack",
     description="ExecuTorch XNNPACK backend",
-    op_rules={},
+    op_rules={
+        # Measured by the contract probe (benchmarks/contracts.md), custom int8 annotation, output
+        # domain moved (zp +9 / scale ×1.37): these are delegated and computed within 1 LSB,
+        # so XNNPACK realises any output domain across them.
+        "relu": OpRule.RESCALE,
+        "relu6": OpRule.RESCALE,
+        "hardtanh": OpRule.RESCALE,
+        "clamp": OpRule.RESCALE,
+        "stack": OpRule.RESCALE,
+        "slice": OpRule.RESCALE,
+        "constant_pad_nd": OpRule.RESCALE,
+        "squeeze": OpRule.RESCALE,
+        "unsqueeze": OpRule.RESCALE,
+        "pixel_shuffle": OpRule.RESCALE,
+        # Not delegated when quantized: the partitioner leaves them on the CPU in float.
+        "sum": OpRule.CPU_FLOAT,
+        "upsample_nearest2d": OpRule.CPU_FLOAT,
+        # cat, view/reshape/flatten, permute/transpose and max_pool2d keep the PT2E
+        # code-copy meaning: XNNPACK refuses a domain change across them at load
+        # ("Failed to create cat2 / squeeze / static transpose / maxpool2d node").
+    },
     fusion=Fusion.CODE_CLAMP,
     backend_ids=frozenset({"XnnpackBackend"}),
     partitioners=frozenset({"XnnpackPartitioner", "XnnpackDynamicallyQuantizedPartitioner"}),
