@@ -232,19 +232,21 @@ class FxAdapter:
             return classify(target_name(node))
         return OpClass.UNKNOWN
 
-    def _rules(self, node: fx.Node) -> dict[str, OpRule | None]:
-        """Each (member) target's rule for a domain change across `node`; None
-        where the op keeps its PT2E meaning. A backend that lowers only the nodes
-        its quantizer marked leaves an unmarked one on the CPU, in float."""
+    def _rules(self, node: fx.Node) -> dict[str, OpRule]:
+        """Each (member) target's rule for a domain change across `node`. A
+        backend that lowers only the nodes its quantizer marked leaves an
+        unmarked one on the CPU, in float."""
         if node.op != "call_function":
             return {}
         from qflow import targets
 
         op = base_name(target_name(node))
-        out: dict[str, OpRule | None] = {}
+        out: dict[str, OpRule] = {}
         for t in [targets.get(m) for m in self.target.members] or [self.target]:
-            r = t.rule(op)
-            if r is not None and t.lowers_only_marked is not None:
+            # each target's PT2E default counts: one that rescales must not
+            # relax another's code copy
+            r = t.effective_rule(op)
+            if t.lowers_only_marked is not None:
                 key, fld = t.lowers_only_marked
                 info = (node.meta.get("custom") or {}).get(key)
                 if not (info and info.get(fld)):
@@ -254,7 +256,7 @@ class FxAdapter:
 
     def _rule(self, node: fx.Node) -> OpRule | None:
         """The strictest rule any target applies to `node` (None: its PT2E meaning)."""
-        rules = [r for r in self._rules(node).values() if r is not None]
+        rules = list(self._rules(node).values())
         return max(rules, key=STRICTNESS.index) if rules else None
 
     def _copies_codes(self, node: fx.Node) -> bool:

@@ -75,3 +75,15 @@ class Target:
     def rule(self, op: str) -> OpRule | None:
         """The backend's rule for op base name `op`, or None (PT2E meaning)."""
         return self.op_rules.get(op)
+
+    def effective_rule(self, op: str) -> OpRule:
+        """The rule with the PT2E meaning filled in: a pass-through (or unknown)
+        op copies codes, any other op realises its output domain."""
+        return self.op_rules.get(op) or default_rule(op)
+
+
+def default_rule(op: str) -> OpRule:
+    """What an op does with a domain change when no target says otherwise."""
+    from qflow.ops import OpClass, classify
+
+    return OpRule.CODE_COPY if classify(op) in (OpClass.PASSTHROUGH, OpClass.UNKNOWN) else OpRule.RESCALE

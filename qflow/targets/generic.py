@@ -7,15 +7,14 @@ everywhere. Findings name the targets on which the program breaks.
 
 from __future__ import annotations
 
-from qflow.targets.contract import STRICTNESS, Fusion, OpRule, Target
+from qflow.targets.contract import STRICTNESS, Fusion, Target
 
 
 def combine(name: str, members: list[Target]) -> Target:
-    rules: dict[str, OpRule] = {}
-    for t in members:
-        for op, r in t.op_rules.items():
-            if op not in rules or STRICTNESS.index(r) > STRICTNESS.index(rules[op]):
-                rules[op] = r
+    # an op one target lists and another leaves to its PT2E meaning takes the
+    # stricter of the two, so the listing target cannot relax the other's rule
+    ops = {op for t in members for op in t.op_rules}
+    rules = {op: max((t.effective_rule(op) for t in members), key=STRICTNESS.index) for op in ops}
     fusion = Fusion.NARROW_QMIN if any(t.fusion is Fusion.NARROW_QMIN for t in members) else Fusion.EXACT_ONLY
     return Target(
         name=name,
