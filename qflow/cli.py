@@ -389,11 +389,10 @@ def _repair(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:
         ep = load_program(src)
-        named = {"target": args.target} if args.target else {}  # else each function's default target
-        fixed = api.repair(ep, form=args.form, objective=args.objective, **named)
-        # what the repair changed, to count it (a proved program's plan is its warnings' fixes)
-        p = api.plan(ep, form=args.form, objective=args.objective, **named)
-        after = api.analyze(fixed, form=args.form, name=dst.name, target=args.target)
+        # the plan carried out, to count every change it made
+        fixed, p, after = api.repair_with_plan(
+            ep, form=args.form, objective=args.objective, target=args.target, name=dst.name
+        )
     except ProofError as e:
         print(f"qflow: {src}: cannot repair: the repaired graph does not prove\n{e.report}", file=sys.stderr)
         return EXIT_NOT_PROVED

@@ -148,7 +148,7 @@ def test_repair_that_does_not_prove_exits_1_and_writes_nothing(capsys, tmp_path,
     import qflow.api
     from qflow.errors import ProofError
 
-    def unrepairable(obj, **kwargs):
+    def unrepairable(*args, **kwargs):
         raise ProofError(Report(proved=False, findings=[], obligations={"unproven": 1}, name="x"))
 
     monkeypatch.setattr(qflow.api, "repair_with_plan", unrepairable)
