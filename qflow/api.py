@@ -29,12 +29,9 @@ def domain_graph(obj: Any, form: str | None = None, target: str | Target | None 
         return pte.build(obj)
     from qflow.integrations import annotated
     from qflow.integrations.fx import build
-    from qflow.integrations.load import form_mismatch, graph_module_of
+    from qflow.integrations.load import graph_module_of
 
     gm, ep = graph_module_of(obj)
-    why = form_mismatch(gm, form)
-    if why is not None:  # a form the graph does not have would prove what it is not
-        raise InputError(why)
     if form == "annotated" or (form is None and annotated.is_annotated(gm) and not _has_qdq(gm)):
         return annotated.build(gm, t)
     return build(gm, ep, form, t)
