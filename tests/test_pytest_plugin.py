@@ -189,7 +189,8 @@ def test_xdist_workers_report_what_a_serial_run_reports(observed_runs) -> None:
         assert len(runs) == 1
         return [(r["ruleId"], r["message"]["text"], json.dumps(r["locations"])) for r in runs[0]["results"]]
 
-    assert results(xdist_out) == results(serial_out) and len(results(xdist_out)) == 2
+    assert results(xdist_out) == results(serial_out)
+    assert len([r for r in results(xdist_out) if r[0] != "tosa-artifact-mismatch"]) == 2
     junit = [(d / "qflow-junit.xml").read_text().count("<testsuite ") for d in (xdist_out, serial_out)]
     assert junit == [6, 6]  # one per analysed program (the crashed one has no report)
     assert sorted(p.name for p in (xdist_out / "observed").iterdir()) == sorted(

@@ -31,13 +31,15 @@ CASES: dict[str, tuple[str, str]] = {
         "reduced campaign miss: clamp(min=0.5) -> neg; TOSA NEGATE drops the scale (20 LSB)",
     ),
     "00001-arm-pt": ("exact", "conv3x3, hardtanh, cat/stack, upsample, per-tensor: proved and exact"),
+    "00035-xnn-custom": ("exact", "former false alarm: a requant across a slice, which XNNPACK realises (measured)"),
+    "00045-arm-custom": (
+        "miscompile",
+        "former miss: int16 bilinear upsample requantized to int8; Arm RESIZE copies codes (38 LSB)",
+    ),
     "00018-arm-pc": ("exact", "reduced former false alarm: neg with scales 0.9995 apart (< 0.2 LSB over the range)"),
 }
 # Cases where qflow is wrong today (the campaign's open findings).
-KNOWN_WRONG: dict[str, str] = {
-    "00035-xnn-custom": "false alarm: requant-after-passthrough on a slice whose requant XNNPACK realises (exact)",
-    "00045-arm-custom": "soundness miss: int16 bilinear upsample requantized to int8, proved before lowering (38 LSB)",
-}
+KNOWN_WRONG: dict[str, str] = {}
 
 
 @pytest.fixture(scope="session")
