@@ -16,7 +16,6 @@ the real fold pass; what the parent feeds is the call argument.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +23,7 @@ import torch
 import torch.fx as fx
 
 from qflow.domain import FLOAT, Domain
+from qflow.targets.arm.vela import ELEM_DTYPE, io_elem_sizes
 
 _TOSA_DTYPES = {1: "bool", 2: "int4", 3: "int8", 4: "int16", 5: "int32", 7: "float32", 8: "float16", 9: "bfloat16"}
 ITEMSIZE = {"bool": 1, "int4": 1, "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8, "float16": 2}
@@ -111,31 +111,6 @@ def _tosa_io_dtypes(processed: bytes) -> tuple[dict[str, str], list[str]] | None
 def _tosa_output_dtypes(processed: bytes) -> list[str] | None:
     io = _tosa_io_dtypes(processed)
     return None if io is None else io[1]
-
-
-_VELA_BLOCK = struct.Struct("<16sIB11s")  # executorch/backends/arm/arm_vela.py: name, length, external flag
-_VELA_ITEM = {1: "int8", 2: "int16"}  # 4 bytes is int32 or float32: left to the fold
-
-
-def _vela_io_elem_sizes(blob: bytes) -> dict[str, list[int]] | None:
-    """{"inputs": [...], "outputs": [...]} element sizes from a Vela binary stream
-    (ArmBackendEthosU's format: 16-byte aligned named blocks; each io block is
-    a count, then per tensor a 6-D shape, elem_size, offset, region)."""
-    try:
-        pos, out = 0, {}
-        while pos + _VELA_BLOCK.size <= len(blob):
-            name, length, external, _ = _VELA_BLOCK.unpack_from(blob, pos)
-            pos += _VELA_BLOCK.size
-            key = name.rstrip(b"\x00").decode()
-            if key in ("inputs", "outputs") and not external:
-                (n,) = struct.unpack_from("<i", blob, pos)
-                out[key] = [struct.unpack_from("<9i", blob, pos + 4 + 36 * i)[6] for i in range(n)]
-            if key == "vela_end_stream":
-                break
-            pos += (length + 15) // 16 * 16
-        return out if set(out) == {"inputs", "outputs"} else None
-    except (struct.error, UnicodeDecodeError):
-        return None
 
 
 _ARM_BACKENDS = {"TOSABackend", "EthosUBackend", "VgfBackend"}
@@ -236,7 +211,7 @@ def _vela_evidence(blob: bytes, inputs: list[BoundaryInput], outputs: list[Bound
     """Vela's own element sizes (what the NPU reads and writes) as the backend
     dtype: the dtype already known when its size agrees, else the one the size
     names (1 → int8, 2 → int16)."""
-    sizes = _vela_io_elem_sizes(blob)
+    sizes = io_elem_sizes(blob)
     if sizes is None:
         return
     for side, items in (("inputs", inputs), ("outputs", outputs)):
@@ -244,7 +219,7 @@ def _vela_evidence(blob: bytes, inputs: list[BoundaryInput], outputs: list[Bound
             continue  # no positional match: leave it to the fold
         for b, n in zip(items, sizes[side], strict=True):
             seen = b.expected_dtype if isinstance(b, BoundaryInput) else b.produced_dtype
-            dt = seen if ITEMSIZE.get(seen) == n else _VELA_ITEM.get(n)  # Vela knows bytes, not types
+            dt = seen if ITEMSIZE.get(seen) == n else ELEM_DTYPE.get(n)  # Vela knows bytes, not types
             if dt is not None:
                 b.backend_dtype, b.artifact = dt, f"Vela command stream: element size {n}"
 

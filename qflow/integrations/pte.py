@@ -44,6 +44,7 @@ from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
 from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify
+from qflow.targets.arm.vela import ELEM_DTYPE, io_elem_sizes
 
 __all__ = ["PteProgram", "TOSA_ARTIFACT_HOOK", "build", "is_pte", "read_pte"]
 
@@ -490,43 +491,17 @@ def _xnnpack_payload(d: Delegate, prefix: str) -> PayloadIO:
     )
 
 
-_VELA_ITEM = {1: "int8", 2: "int16"}  # 4 bytes is int32 or float32: Vela knows bytes, not types
-_VELA_BLOCK = struct.Struct("<16sIB11s")  # executorch/backends/arm/arm_vela.py: name, length, external flag
-
-
-def vela_io_elem_sizes(blob: bytes) -> dict[str, list[int]] | None:
-    """{"inputs": [...], "outputs": [...]} element sizes from a Vela binary stream
-    (ArmBackendEthosU's format: 16-byte aligned named blocks; each io block is
-    a count, then per tensor a 6-D shape, elem_size, offset, region). The same
-    reader as ``qflow.integrations.delegate``'s, without its torch import."""
-    try:
-        pos, out = 0, {}
-        while pos + _VELA_BLOCK.size <= len(blob):
-            name, length, external, _ = _VELA_BLOCK.unpack_from(blob, pos)
-            pos += _VELA_BLOCK.size
-            key = name.rstrip(b"\x00").decode()
-            if key in ("inputs", "outputs") and not external:
-                (n,) = struct.unpack_from("<i", blob, pos)
-                out[key] = [struct.unpack_from("<9i", blob, pos + 4 + 36 * i)[6] for i in range(n)]
-            if key == "vela_end_stream":
-                break
-            pos += (length + 15) // 16 * 16
-        return out if set(out) == {"inputs", "outputs"} else None
-    except (struct.error, UnicodeDecodeError):
-        return None
-
-
 def _vela_payload(d: Delegate, fed: list[str], declared: list[str]) -> PayloadIO:
     """Ethos-U: Vela's command stream states each IO tensor's element size, not
     its type or domain. A size that agrees with the program's dtype confirms it;
     another names the dtype the NPU really reads or writes."""
-    sizes = vela_io_elem_sizes(d.payload)
+    sizes = io_elem_sizes(d.payload)
     if sizes is None or len(sizes["inputs"]) != len(fed) or len(sizes["outputs"]) != len(declared):
         return PayloadIO(None, None, "Vela command stream (unreadable)")
 
     def side(seen: list[str], ns: list[int]) -> list[tuple[str, Domain | None]]:
         return [
-            (t if _ITEMSIZE.get(t) == n else _VELA_ITEM.get(n, f"{n}-byte"), None)
+            (t if _ITEMSIZE.get(t) == n else ELEM_DTYPE.get(n, f"{n}-byte"), None)
             for t, n in zip(seen, ns, strict=True)
         ]
 
