@@ -13,21 +13,33 @@ and the parent's dequantize arguments at the outputs (the domain the parent
 reads the codes in). Between anchors each operator's integer parameters must
 realise the declared ratio:
 
-* ``RESCALE``: out scale = in scale · 2^shift / multiplier, its input zero
-  point must be the input's, per channel when ``per_channel``;
+* ``RESCALE``: out scale = in scale · 2^shift / multiplier, per channel when
+  ``per_channel``; an input zero point other than the input's shifts the
+  output codes by ratio × the difference, which must be a whole number of
+  codes (it then moves the output's zero point: bilinear ``RESIZE`` writes
+  n_y·n_x × the codes, zero point included, and the RESCALE after it reads them
+  with input zero point 0);
 * ``CONV2D`` / ``DEPTHWISE_CONV2D`` / ``TRANSPOSE_CONV2D`` / ``CONV3D`` /
   ``MATMUL``: input and weight zero points; an int32 accumulator of scale
   in scale × weight scale (per channel), zero point 0; the bias in that domain;
 * ``ADD`` / ``SUB`` / ``MAXIMUM`` / ``MINIMUM`` / ``SELECT`` / comparisons:
   both inputs in one domain; ``MUL``: scale a·b·2^shift, zero points 0;
-* ``AVG_POOL2D``, ``NEGATE``: zero points only, the scale is kept;
+* ``AVG_POOL2D``, ``NEGATE``: zero points only, the scale is kept; ``ABS``:
+  zero point 0;
 * ``CLAMP``: bounds equal to an activation the PT2E program asked for, and
   every activation whose bounds cut into the code range has such a clamp;
-* ``TABLE``: recomputed from the intended op and its declared domains;
-* ``PAD``: the pad constant is the zero point; ``CONCAT``: one domain;
+* ``TABLE``: recomputed from the intended op and its declared domains (int16:
+  the int32 output is 128 × the interpolated entry);
+* ``PAD``: the pad constant is the pad value quantized in the input's domain
+  (the zero point for 0); ``CONCAT``: one domain;
 * ``RESHAPE`` / ``TRANSPOSE`` / ``SLICE`` / ``TILE`` / ``GATHER`` / ``REVERSE``
   / ``MAX_POOL2D`` / ``REDUCE_MAX|MIN`` / ``IDENTITY`` / int→int ``CAST`` /
   nearest ``RESIZE``: codes copied (bilinear ``RESIZE`` scales by 1/(n_y·n_x)).
+
+Scales compare equal up to the rounding of the integer parameters on the path,
+or when they are a hair apart: a relative difference that moves no code by
+more than one LSB over the 8/16-bit code range the values come from (the rule
+the graph checks apply to zero-point-only ops).
 
 An operator qflow cannot interpret makes what depends on it *unproven*, never
 proved.
@@ -202,6 +214,7 @@ class Anchors:
     nodes: set[str] = field(default_factory=set)  # every FX node name of the partition
     raw: set[str] = field(default_factory=set)  # inputs that are plain integer data (nothing quantizes them)
     order: list[tuple[str, str]] = field(default_factory=list)  # (node, op base name) in graph order
+    pad_values: dict[str, float] = field(default_factory=dict)  # constant pad node → its real pad value
 
 
 # ---------------------------------------------------------------------------
@@ -220,6 +233,7 @@ class Dom:
     zp: int | None
     tol: float = 1e-6  # relative error the integer parameters on the path allow
     raw: bool = False  # plain integer data (no quantization anywhere): real = code
+    narrow: str | None = None  # a wide (int32/int48) tensor's values came from this 8/16-bit dtype
 
     def domain(self) -> Domain | None:
         if self.scale is None or self.zp is None:
@@ -248,6 +262,43 @@ _RANGE = {
     "int32": (-(2**31), 2**31 - 1),
     "int48": (-(2**47), 2**47 - 1),
 }
+
+
+_NARROW = {"int4", "int8", "uint8", "int16", "uint16"}
+
+
+def _span(dtype: str | None) -> int | None:
+    """The code range of an 8/16-bit dtype (None for wide ones)."""
+    if dtype not in _NARROW:
+        return None
+    lo, hi = _RANGE[dtype]  # type: ignore[index]
+    return hi - lo
+
+
+def _narrow_of(d: Dom) -> str | None:
+    """The 8/16-bit dtype the values of `d` live in (their own, or the one they were widened from)."""
+    return d.dtype if d.dtype in _NARROW else d.narrow
+
+
+def _scale_ok(a: Scale, b: Scale, tol: float, span: int | None) -> bool:
+    """Equal up to `tol`, or a hair apart: a relative difference that moves no
+    code by more than one LSB over a code range of `span` (the graph checks'
+    rule for zero-point-only ops: two observers of one range)."""
+    if _close(a, b, tol):
+        return True
+    if span is None:
+        return False
+    xs = list(a) if isinstance(a, tuple) else None
+    ys = list(b) if isinstance(b, tuple) else None
+    if xs is None and ys is None:
+        xs, ys = [float(a)], [float(b)]  # type: ignore[arg-type]
+    elif xs is None:
+        xs = [float(a)] * len(ys)  # type: ignore[arg-type]
+    elif ys is None:
+        ys = [float(b)] * len(xs)  # type: ignore[arg-type]
+    if len(xs) != len(ys):
+        return False
+    return all(y != 0 and abs(x / y - 1.0) * span <= 1.0 for x, y in zip(xs, ys, strict=True))
 
 
 def _dom_of(d: Domain) -> Dom:
@@ -548,7 +599,9 @@ class Interpreter:
                 self.check(op, None, f"inputs {first_name} and {name} must share a domain, but "
                                      f"{self.why.get(blocker, 'a scale is not known')}")  # fmt: skip
             else:
-                ok = d.zp == first.zp and _close(d.scale, first.scale, max(d.tol, first.tol))
+                spans = [_span(_narrow_of(x)) for x in (d, first)]
+                span = None if None in spans else max(spans)  # type: ignore[type-var]
+                ok = d.zp == first.zp and _scale_ok(d.scale, first.scale, max(d.tol, first.tol), span)
                 self.check(op, ok, f"inputs must share one domain: {first_name} is in {first}, {name} in {d}", d, first)
         if out is not None:
             self.dom[out] = replace_dtype(first, self.out_dtype(op))
@@ -571,20 +624,23 @@ class Interpreter:
         src = self.get(x)
         in_zp = self.scalar(in_zp_t, iu)
         out_zp = self.scalar(out_zp_t, ou)
-        self.zp_check(op, "RESCALE input_zp", in_zp, src, x)
         m, s = self.data(mult), self.data(shift)
         dtype = self.out_dtype(op, ou)
         if m is None or s is None or out_zp is None:
+            self.zp_check(op, "RESCALE input_zp", in_zp, src, x)
             self.unknown(op.outputs[0], dtype, f"RESCALE #{op.index} has non-constant parameters")
             return
         ratios = tuple(float(a) / 2.0 ** int(b) for a, b in zip(m, s, strict=True))
         if any(r <= 0 for r in ratios):
+            self.zp_check(op, "RESCALE input_zp", in_zp, src, x)
             self.check(op, False, f"RESCALE multiplier/shift {m.tolist()}/{s.tolist()} give a non-positive scale")
             self.unknown(op.outputs[0], dtype, f"RESCALE #{op.index} has a non-positive multiplier")
             return
+        out_zp = self.rescale_zp(op, in_zp, out_zp, ratios, src, x)
         tol = src.tol + (2.0**-30 if op.attrs.get("scale32", True) else 2.0**-14)
+        narrow = None if dtype in _NARROW else _narrow_of(src)
         if src.scale is None:
-            self.dom[op.outputs[0]] = Dom(dtype, None, out_zp, tol)
+            self.dom[op.outputs[0]] = Dom(dtype, None, out_zp, tol, narrow=narrow)
             self.why[op.outputs[0]] = self.why.get(x, f"the scale of {x} is not known")
             return
         n_in = len(src.scale) if isinstance(src.scale, tuple) else len(ratios)
@@ -598,7 +654,32 @@ class Interpreter:
             scale = _mul(src.scale, tuple(1.0 / r for r in ratios))
         if isinstance(scale, tuple):
             scale = _uniform(scale, tol + 1e-6)
-        self.dom[op.outputs[0]] = Dom(dtype, scale, out_zp, tol)
+        self.dom[op.outputs[0]] = Dom(dtype, scale, out_zp, tol, narrow=narrow)
+
+    def rescale_zp(
+        self, op: TosaOp, in_zp: int | None, out_zp: int, ratios: tuple[float, ...], src: Dom, x: str
+    ) -> int | None:
+        """The zero point of a RESCALE's output. RESCALE computes
+        round((c - in_zp)·r) + out_zp; with the input in zero point z that is
+        round((c - z)·r) + out_zp + r·(z - in_zp): an input_zp other than z is
+        exact iff r·(z - in_zp) is a whole number k of output codes (the same
+        for every channel), and the output's zero point is then out_zp + k. The
+        bilinear RESIZE → RESCALE pair of the Arm backend is such a case."""
+        if in_zp is None or src.zp is None or in_zp == src.zp:
+            self.zp_check(op, "RESCALE input_zp", in_zp, src, x)
+            return out_zp if in_zp is not None else None
+        ks = [r * (src.zp - in_zp) for r in ratios]
+        whole = {round(k) for k in ks}
+        if len(whole) == 1 and all(abs(k - round(k)) <= 1e-6 * max(1.0, abs(k)) for k in ks):
+            k = whole.pop()
+            self.check(op, True, f"RESCALE input_zp is {in_zp}; its input {x} is in {src}: the difference "
+                                 f"moves the output codes by a whole {k} (output zero point {out_zp + k})",
+                       None, src)  # fmt: skip
+            return out_zp + k
+        shown = ", ".join(f"{k:.4g}" for k in ks[:3]) + (", …" if len(ks) > 3 else "")
+        self.check(op, False, f"RESCALE input_zp is {in_zp}; its input {x} is in {src}: the difference moves the "
+                              f"output codes by {shown} codes, not a whole number", None, src)  # fmt: skip
+        return out_zp
 
     def conv(self, op: TosaOp) -> None:
         x, w, b, in_zp_t, w_zp_t = op.inputs[:5]
@@ -657,7 +738,7 @@ class Interpreter:
         zp = None
         if in_zp is not None and out_zp is not None and src.zp is not None:
             zp = out_zp + src.zp - in_zp if op.op == "AVG_POOL2D" else out_zp + in_zp - src.zp
-        self.dom[op.outputs[0]] = Dom(self.out_dtype(op), src.scale, zp, src.tol)
+        self.dom[op.outputs[0]] = Dom(self.out_dtype(op), src.scale, zp, src.tol, narrow=src.narrow)
         if zp is None:
             self.why[op.outputs[0]] = self.why.get(x, f"{op.op} #{op.index}: zero points not known")
         elif x in self.why:
@@ -670,10 +751,21 @@ class Interpreter:
         self._zp_only(op, op.inputs[1], op.inputs[2])
 
     def op_PAD(self, op: TosaOp) -> None:  # noqa: N802
+        """The pad constant is the pad value quantized in the input's domain (the
+        backend quantizes it with the pad's input qparams); 0 pads with the zero point."""
         x = op.inputs[0]
         src = self.get(x)
+        node = self._by_position(op)
+        value = self.a.pad_values.get(node or "")
         if len(op.inputs) > 2 and self.p.tensors[x].dtype.startswith("INT"):
-            self.zp_check(op, "PAD pad_const", self.scalar(op.inputs[2]), src, x)
+            got = self.scalar(op.inputs[2])
+            if value is None or value == 0.0 or got is None or src.zp is None or src.scale is None:
+                self.zp_check(op, "PAD pad_const", got, src, x)
+            else:
+                doms = (src.domain(), self.a.node_in.get(node or ""))
+                want = {_quantize(value, d) for d in doms if d is not None and not d.per_channel}
+                self.check(op, got in want, f"PAD pad_const is {got}; {node} pads with {value:g}, code "
+                                            f"{' or '.join(map(str, sorted(want)))} in {src}", None, src)  # fmt: skip
         self.dom[op.outputs[0]] = src
         if x in self.why:
             self.why[op.outputs[0]] = self.why[x]
@@ -682,6 +774,14 @@ class Interpreter:
         src = self.get(op.inputs[0])
         if src.zp is not None:
             self.check(op, src.zp == 0, f"REDUCE_SUM adds codes: its input must have zero point 0; it is in {src}", src)
+        self.copy(op)
+
+    def op_ABS(self, op: TosaOp) -> None:  # noqa: N802
+        """ABS takes |code|: the real |x| only when the zero point is 0 (the Arm
+        backend rescales abs inputs to int32 with zero point 0 first)."""
+        src = self.get(op.inputs[0])
+        if src.zp is not None:
+            self.check(op, src.zp == 0, f"ABS takes |code|: its input must have zero point 0; it is in {src}", src)
         self.copy(op)
 
     def op_CAST(self, op: TosaOp) -> None:  # noqa: N802
@@ -696,11 +796,16 @@ class Interpreter:
         if op.attrs.get("mode") == 1:  # NEAREST copies codes
             self.copy(op)
             return
+        # TOSA 1.0 integer BILINEAR: acc = Σ v·w over the four neighbours (no zero point), with
+        # weights that sum to scale_y_n·scale_x_n: n·(the interpolated code), zero point included
         sc = self.data(op.inputs[1]) if len(op.inputs) > 1 else None
-        if sc is None or len(sc) < 4 or src.scale is None:
+        if sc is None or len(sc) < 4 or src.scale is None or src.zp is None:
             self.unknown(op.outputs[0], self.out_dtype(op), f"bilinear RESIZE #{op.index}: scale not readable")
             return
-        self.dom[op.outputs[0]] = Dom(self.out_dtype(op), _mul(src.scale, 1.0 / float(sc[0] * sc[2])), src.zp, src.tol)
+        n = int(sc[0]) * int(sc[2])
+        self.dom[op.outputs[0]] = Dom(
+            self.out_dtype(op), _mul(src.scale, 1.0 / n), src.zp * n, src.tol, narrow=_narrow_of(src)
+        )
 
     def op_TABLE(self, op: TosaOp) -> None:  # noqa: N802
         x, table = op.inputs[:2]
@@ -715,9 +820,17 @@ class Interpreter:
             self.unknown(out, dtype, f"TABLE #{op.index} has no declared output domain")
             return
         if src.scale is not None and src.zp is not None:
-            ok = src.zp == dom_in.zero_point and _close(src.scale, dom_in.scale, src.tol)  # type: ignore[arg-type]
+            ok = src.zp == dom_in.zero_point and _scale_ok(src.scale, dom_in.scale, src.tol, _span(dom_in.dtype))  # type: ignore[arg-type]
             self.check(op, ok, f"TABLE reads codes in {src}; {node} declares its input {dom_in}", src, dom_in)
         entries = self.data(table)
+        if self.p.tensors[table].dtype == "INT16":
+            # TOSA 1.0 int16 TABLE: (base << 7) + slope·fraction, an int32 of 128 × the interpolated
+            # entry; the entries are in the op's output domain
+            s_out, z_out = dom_out.scale, dom_out.zero_point
+            if not isinstance(s_out, tuple) and not isinstance(z_out, tuple):
+                self.check(op, None, f"TABLE {table}: int16 tables are not recomputed")
+                self.dom[out] = Dom(dtype, s_out / 128.0, z_out * 128, 1e-6, narrow=dom_out.dtype)
+                return
         if entries is None or self.p.tensors[table].dtype != "INT8":
             self.check(op, None, f"TABLE {table} is not an int8 table (int16 tables are not recomputed)")
         else:
@@ -738,17 +851,24 @@ class Interpreter:
         from qflow.integrations.activations import code, exact
 
         def bounds(act: Activation, d: Domain) -> tuple[int, int]:
+            # a bound beyond the code range saturates (hardtanh(2, 3) on a grid that ends at 1.5 is all qmax)
             lo = max(d.qmin, int(code(d, act.lo, -math.inf))) if act.lo is not None else d.qmin
             hi = min(d.qmax, int(code(d, act.hi, math.inf))) if act.hi is not None else d.qmax
-            return lo, hi
+            return min(lo, d.qmax), max(hi, d.qmin)
 
         realised: set[int] = set()
+        unknown: list[TosaOp] = []
         for op, src, lo, hi in self.clamps:
             d = src.domain()
             if d is None:
                 self.check(op, None, f"CLAMP [{lo}, {hi}] reads codes whose domain is not known here")
+                unknown.append(op)
                 continue
-            hits = [k for k, a in enumerate(self.a.activations) if _same_grid(a.domain, d) and bounds(a, d) == (lo, hi)]
+            hits = [
+                k
+                for k, a in enumerate(self.a.activations)
+                if _same_grid(a.domain, src) and (lo, hi) in (bounds(a, d), bounds(a, a.domain))
+            ]
             full = (lo, hi) == _RANGE.get(d.dtype)
             realised.update(hits)
             asked = ", ".join(f"{a.node} {bounds(a, a.domain)}" for a in self.a.activations) or "none"
@@ -759,7 +879,14 @@ class Interpreter:
             if k in realised or exact(act.domain, act.lo, act.hi):
                 continue
             lo, hi = bounds(act, act.domain)
-            have = [(op.index, lo_, hi_) for op, s, lo_, hi_ in self.clamps if _same_grid(act.domain, s.domain())]
+            if unknown:  # a clamp whose domain qflow cannot tell may be this one: unproven, not dropped
+                self.checks.append(
+                    Check(None, "CLAMP", -1, f"(clamp of {act.node})", act.node,
+                          f"{act.node} asks for codes in [{lo}, {hi}] of {act.domain}; the CLAMPs "
+                          f"{', '.join(f'#{op.index}' for op in unknown)} read codes whose domain is not known here")
+                )  # fmt: skip
+                continue
+            have = [(op.index, lo_, hi_) for op, s, lo_, hi_ in self.clamps if _same_grid(act.domain, s)]
             self.checks.append(
                 Check(False, "CLAMP", -1, f"(missing clamp of {act.node})", act.node,
                       f"{act.node} asks for codes in [{lo}, {hi}] of {act.domain} (its bounds cut into the code "
@@ -788,21 +915,31 @@ class Interpreter:
                 continue
             zp = expected.zero_point if not isinstance(expected.zero_point, tuple) else expected.zero_point[0]
             dt_ok = d.dtype == expected.dtype
-            ok = dt_ok and d.zp == zp and _close(d.scale, expected.scale, max(d.tol, 1e-5))  # type: ignore[arg-type]
+            span = _span(expected.dtype)
+            ok = dt_ok and d.zp == zp and _scale_ok(d.scale, expected.scale, max(d.tol, 1e-5), span)  # type: ignore[arg-type]
             self.check(edge, ok, f"output {i} ({name}) holds codes in {d}; {where} reads them in {expected}",
                        d, expected)  # fmt: skip
 
 
-def _same_grid(a: Domain | None, b: Domain | None) -> bool:
-    if a is None or b is None or a.per_channel or b.per_channel:
+def _same_grid(a: Domain | None, b: Dom | None) -> bool:
+    """The artifact's codes `b` are on the declared grid `a` (up to the rounding of the integer parameters on
+    b's path, or scales a hair apart)."""
+    if a is None or b is None or b.scale is None or a.per_channel or isinstance(b.scale, tuple):
         return False
-    return a.zero_point == b.zero_point and math.isclose(a.scale, b.scale, rel_tol=1e-5)  # type: ignore[arg-type]
+    return a.zero_point == b.zp and _scale_ok(b.scale, a.scale, max(b.tol, 1e-5), _span(a.dtype))  # type: ignore[arg-type]
 
 
 def replace_dtype(d: Dom, dtype: str, keep_unsigned: bool = False) -> Dom:
     if keep_unsigned and d.dtype in ("uint8", "uint16"):
         return d
-    return Dom(dtype, d.scale, d.zp, d.tol, d.raw)
+    narrow = _narrow_of(d) if dtype not in _NARROW else None
+    return Dom(dtype, d.scale, d.zp, d.tol, d.raw, narrow)
+
+
+def _quantize(value: float, d: Domain) -> int:
+    """The code of a real value in a per-tensor domain (round half to even, saturating), as quantize_per_tensor."""
+    code = int(np.round(value / float(d.scale))) + int(d.zero_point)  # type: ignore[arg-type]
+    return min(max(code, d.qmin), d.qmax)
 
 
 def _table8(fn: Any, dom_in: Domain, dom_out: Domain) -> list[int]:
@@ -870,6 +1007,12 @@ def partition_anchors(ep: Any) -> Anchors:
         a.ops[n.name] = n.target
         name = base_name(target_name(n))
         a.order.append((n.name, name))
+        if name in ("constant_pad_nd", "pad"):  # constant_pad_nd(x, pad, value) / pad(x, pad, mode, value)
+            k = 2 if name == "constant_pad_nd" else 3
+            v = n.args[k] if len(n.args) > k else n.kwargs.get("value")
+            mode = n.args[2] if name == "pad" and len(n.args) > 2 else n.kwargs.get("mode", "constant")
+            if mode == "constant" and isinstance(v, (int, float, type(None))):
+                a.pad_values[n.name] = float(v or 0.0)
         # the weight domain of a conv/linear, for rewritten weight tensors
         if len(dqs) > 1 and (d := _qdq(dqs[1], consts)) is not None:
             a.consts.setdefault(n.name, d)
