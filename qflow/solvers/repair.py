@@ -284,7 +284,17 @@ class Planner:
                 # its edge computes right (an activation's exactly fuseable one,
                 # a zero-point-only op's input scale) gets it, then a requant
                 fixable = not ob.holds or ob.finding_kind == "non-fuseable-activation"
-                if fixable and ob.fix_domain and ob.edge and ob.expected:
+                if (
+                    fixable
+                    and ob.fix_domain
+                    and ob.edge
+                    and ob.expected
+                    and not insertable(ob.fix_domain, self.int16_zp0)
+                ):
+                    # the domain that would make it exact cannot be written here (TOSA: int16 zero point 0)
+                    if not ob.holds:
+                        self._unrepairable(plan, ob, self._not_writable(ob.fix_domain, "the domain it needs"))
+                elif fixable and ob.fix_domain and ob.edge and ob.expected:
                     plan.activation_domains[ob.edge[1]] = (ob.expected, ob.fix_domain)
                 elif ob.finding_kind == "delegate-dtype-mismatch" and not ob.holds and ob.arg.startswith("input"):
                     rq = self._boundary_input(ob)
@@ -320,6 +330,12 @@ class Planner:
             if root in failing:
                 self._solve_region(ids, region_obs, plan)
         return plan
+
+    def _not_writable(self, d: Domain, what: str) -> str:
+        why = f"{what}, {d}, is not one a requant can write on this target"
+        if d.dtype == "int16" and d.zero_point != 0 and self.int16_zp0:
+            why += " (int16 needs zero point 0 on TOSA)"
+        return why
 
     @staticmethod
     def _unrepairable(plan: Plan, ob: Obligation, why: str) -> None:
@@ -374,10 +390,7 @@ class Planner:
             for ob in obs:
                 exp = ob.expected
                 if exp is not None and not exp.is_float and not insertable(exp, self.int16_zp0):
-                    why = f"its declared domain {exp} is not one a requant can write on this target"
-                    if exp.dtype == "int16" and exp.zero_point != 0 and self.int16_zp0:
-                        why += " (int16 needs zero point 0 on TOSA)"
-                    self._unrepairable(plan, ob, why)
+                    self._unrepairable(plan, ob, self._not_writable(exp, "its declared domain"))
                 else:
                     plan.unrepairable.append(ob)
             if not plan.reasons:
