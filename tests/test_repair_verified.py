@@ -362,3 +362,52 @@ def test_the_picture_draws_an_activation_domain_plan(built) -> None:
     boxes = [line for line in dot.splitlines() if "planned requant" in line and "class=requant" in line]
     assert boxes and REQUANT[0] in boxes[0] and f"zp={own.zero_point}" in boxes[0]
     assert "plan: activation gets" in dot
+
+
+# -- an activation whose exact domain TOSA cannot hold (campaign 00033) ---------------
+
+
+class LinearRelu6(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.act = nn.Linear(8, 4), nn.ReLU6()  # nn.ReLU6 exports as hardtanh(0, 6), as in 00033
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc(x))
+
+
+class OverridingToOutput(Overriding):
+    """`Overriding`, and the graph output reads the overridden node in the same
+    domain (00033's "consistent" user: no int8 requant after it)."""
+
+    def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        model = super().annotate(model)
+        out = next(n for n in model.graph.nodes if n.op == "output")
+        qa = out.meta.get("quantization_annotation")
+        for arg in list(qa.input_qspec_map) if qa is not None else []:
+            qa.input_qspec_map[arg] = self.output
+        return model
+
+
+def test_an_int16_activation_whose_exact_domain_tosa_refuses_is_blocked_naming_it() -> None:
+    """Campaign 00033: relu6 with a fixed int16 output (zero point 0, 6.0 beyond
+    qmax). The Arm pass fuses it by narrowing qmin, a miscompile; the only
+    domain in which the fusion is exact has zero point qmin, which TOSA refuses
+    for int16. Was: the repair inserted that int16 requant (zero point -32767)
+    and the repaired program failed to lower. Now: blocked, with the reason."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(1, 4, 8) * 4,)
+    quantizer = OverridingToOutput(INT16, "aten.hardtanh", None, _q16(0.00018042, 0))
+    converted = arm.quantize(LinearRelu6().eval(), inputs, quantizer=quantizer)
+    r = qflow.analyze(converted, target="arm-tosa")
+    assert [f.kind for f in r.errors] == ["non-fuseable-activation"], str(r)
+    lowered = arm.lower(torch.export.export(converted, inputs), inputs, spec=INT16)
+    [out] = arm.run_tosa_reference(lowered, inputs)
+    assert _lsb(out, converted(*inputs), _out_scale(converted)) > 100  # negative values leak through: measured
+    plan = qflow.plan(converted, target="arm-tosa")
+    assert not plan.activation_domains and any("zero point 0" in w and "hardtanh" in w for w in plan.reasons)
+    for d in (rq.target for rq in plan.requants):
+        assert d.dtype != "int16" or d.zero_point == 0
+    with pytest.raises(qflow.ProofError) as e:
+        qflow.repair(converted, target="arm-tosa")
+    assert any("repair blocked" in n and "zero point 0" in n for n in e.value.report.notes), e.value.report.notes

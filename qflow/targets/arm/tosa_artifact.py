@@ -14,9 +14,9 @@ reads the codes in). Between anchors each operator's integer parameters must
 realise the declared ratio:
 
 * ``RESCALE``: out scale = in scale · 2^shift / multiplier, per channel when
-  ``per_channel``; an input zero point other than the input's shifts the
-  output codes by ratio × the difference, which must be a whole number of
-  codes (it then moves the output's zero point: bilinear ``RESIZE`` writes
+  ``per_channel``; an input zero point other than a wide (int32/int48)
+  input's shifts the output codes by ratio × the difference, which must be a
+  whole number of codes (it then moves the output's zero point: bilinear ``RESIZE`` writes
   n_y·n_x × the codes, zero point included, and the RESCALE after it reads them
   with input zero point 0);
 * ``CONV2D`` / ``DEPTHWISE_CONV2D`` / ``TRANSPOSE_CONV2D`` / ``CONV3D`` /
@@ -664,8 +664,12 @@ class Interpreter:
         round((c - z)·r) + out_zp + r·(z - in_zp): an input_zp other than z is
         exact iff r·(z - in_zp) is a whole number k of output codes (the same
         for every channel), and the output's zero point is then out_zp + k. The
-        bilinear RESIZE → RESCALE pair of the Arm backend is such a case."""
-        if in_zp is None or src.zp is None or in_zp == src.zp:
+        bilinear RESIZE → RESCALE pair of the Arm backend is such a case. Only
+        wide (int32/int48) inputs get this reading: an 8/16-bit tensor is read
+        with its own zero point, so another one is reported at the RESCALE
+        (seed 000's concat), not where the shifted codes surface."""
+        if in_zp is None or src.zp is None or in_zp == src.zp or _narrow_of(src) == src.dtype:
+            # an 8/16-bit input is read with its own zero point: another one is the defect, named here
             self.zp_check(op, "RESCALE input_zp", in_zp, src, x)
             return out_zp if in_zp is not None else None
         ks = [r * (src.zp - in_zp) for r in ratios]
@@ -862,7 +866,8 @@ class Interpreter:
             d = src.domain()
             if d is None:
                 self.check(op, None, f"CLAMP [{lo}, {hi}] reads codes whose domain is not known here")
-                unknown.append(op)
+                if self.p.tensors[op.inputs[0]].dtype.startswith("INT"):  # a float clamp is no activation
+                    unknown.append(op)
                 continue
             hits = [
                 k
