@@ -29,7 +29,8 @@ realise the declared ratio:
 * ``CLAMP``: bounds equal to an activation the PT2E program asked for, and
   every activation whose bounds cut into the code range has such a clamp;
 * ``TABLE``: recomputed from the intended op and its declared domains (int16:
-  the int32 output is 128 × the interpolated entry);
+  513 entries as the Arm InsertTableOpsPass makes them, shifted right to fit
+  16 bits; the int32 output is 128 × the interpolated entry);
 * ``PAD``: the pad constant is the pad value quantized in the input's domain
   (the zero point for 0); ``CONCAT``: one domain;
 * ``RESHAPE`` / ``TRANSPOSE`` / ``SLICE`` / ``TILE`` / ``GATHER`` / ``REVERSE``
@@ -827,14 +828,9 @@ class Interpreter:
             ok = src.zp == dom_in.zero_point and _scale_ok(src.scale, dom_in.scale, src.tol, _span(dom_in.dtype))  # type: ignore[arg-type]
             self.check(op, ok, f"TABLE reads codes in {src}; {node} declares its input {dom_in}", src, dom_in)
         entries = self.data(table)
-        if self.p.tensors[table].dtype == "INT16":
-            # TOSA 1.0 int16 TABLE: (base << 7) + slope·fraction, an int32 of 128 × the interpolated
-            # entry; the entries are in the op's output domain
-            s_out, z_out = dom_out.scale, dom_out.zero_point
-            if not isinstance(s_out, tuple) and not isinstance(z_out, tuple):
-                self.check(op, None, f"TABLE {table}: int16 tables are not recomputed")
-                self.dom[out] = Dom(dtype, s_out / 128.0, z_out * 128, 1e-6, narrow=dom_out.dtype)
-                return
+        if self.p.tensors[table].dtype == "INT16" and entries is not None and not dom_out.per_channel:
+            self.table16(op, fn, node, table, entries, dom_in, dom_out)
+            return
         if entries is None or self.p.tensors[table].dtype != "INT8":
             self.check(op, None, f"TABLE {table} is not an int8 table (int16 tables are not recomputed)")
         else:
@@ -847,6 +843,28 @@ class Interpreter:
             )  # fmt: skip
             self.check(op, not bad, msg, None, dom_out)
         self.dom[out] = _dom_of(dom_out)
+
+    def table16(
+        self, op: TosaOp, fn: Any, node: str, table: str, entries: np.ndarray, dom_in: Domain, dom_out: Domain
+    ) -> None:
+        """TOSA 1.0 int16 TABLE: (base << 7) + slope·fraction, an int32 of 128 ×
+        the interpolated entry. The entries are the op's output codes shifted
+        right by `rshift` to fit 16 bits, so the output is in scale
+        s_out·2^rshift/128, zero point z_out·128/2^rshift."""
+        out = op.outputs[0]
+        want, rshift = _table16(fn, dom_in, dom_out)
+        bad = [i for i in range(min(len(want), len(entries))) if int(entries[i]) != want[i]]
+        if len(entries) != len(want):
+            bad = bad or [len(want)]
+        msg = f"int16 TABLE entries for {node} recomputed from {dom_in} → {dom_out}: " + (
+            f"{len(bad)} of {len(want)} differ (entry {bad[0]})" if bad else f"all {len(want)} equal"
+        )
+        self.check(op, not bad, msg, None, dom_out)
+        zp = float(dom_out.zero_point) * 128 / 2.0**rshift  # type: ignore[arg-type]
+        scale = float(dom_out.scale) * 2.0**rshift / 128  # type: ignore[arg-type]
+        self.dom[out] = Dom(self.out_dtype(op), scale, int(zp) if zp.is_integer() else None, 1e-6, narrow="int16")
+        if not zp.is_integer():
+            self.why[out] = f"int16 TABLE #{op.index}: zero point {dom_out.zero_point} is not on the shifted grid"
 
     # -- activations and edges ---------------------------------------------------
     def activations(self) -> None:
@@ -958,6 +976,29 @@ def _table8(fn: Any, dom_in: Domain, dom_out: Domain) -> list[int]:
     y = fn(x)
     out = q.quantize_per_tensor(y, dom_out.scale, dom_out.zero_point, dom_out.qmin, dom_out.qmax, torch.int8)
     return [int(v) for v in out.tolist()]
+
+
+def _table16(fn: Any, dom_in: Domain, dom_out: Domain) -> tuple[list[int], int]:
+    """The 513-entry int16 TABLE and its right shift, as the Arm backend's
+    InsertTableOpsPass generates them (executorch 1.5.1): the op on the
+    dequantized codes qmin … qmax+1 in 512 steps (7 low bits dropped), quantized
+    into the output domain, shifted right to fit 16 signed bits."""
+    import torch
+
+    q = torch.ops.quantized_decomposed
+    dt_in, dt_out = getattr(torch, dom_in.dtype), getattr(torch, dom_out.dtype)
+    x = torch.linspace(start=dom_in.qmin, end=dom_in.qmax + 1, steps=513, dtype=torch.int32)
+    x = x.clamp(dom_in.qmin, dom_in.qmax).to(dtype=dt_in)
+    s_in, z_in = float(dom_in.scale), int(dom_in.zero_point)  # type: ignore[arg-type]
+    xf = q.dequantize_per_tensor(x & ~0x7F, s_in, z_in, dom_in.qmin, dom_in.qmax, dt_in)
+    if dom_in.dtype == "int16" and dom_in.qmax == 32767:  # table[512]: the virtual code 32768
+        xf[-1] = (32768 - z_in) * s_in
+    y = fn(xf).to(torch.float32)
+    s_out, z_out = float(dom_out.scale), int(dom_out.zero_point)  # type: ignore[arg-type]
+    lut = q.quantize_per_tensor(y, s_out, z_out, dom_out.qmin, dom_out.qmax, dt_out)
+    top = int(lut.to(torch.int64).abs().max())
+    rshift = max(math.ceil(math.log2(top)) + 1 - 16, 0) if top > 0 else 0
+    return [int(v) for v in (lut.to(torch.int64) >> rshift).tolist()], rshift
 
 
 def validate(prog: TosaProgram, anchors: Anchors) -> list[Check]:
