@@ -25,7 +25,7 @@ class OpRule(enum.Enum):
     RESCALE = "rescale"  # any output domain is realised (a real requant)
     ZP_ONLY = "zp-only"  # zero points are applied, the scale is kept: the scales must agree
     CODE_COPY = "code-copy"  # codes are copied: the output must be the input's domain
-    CPU_FLOAT = "cpu-float"  # the partitioner leaves it on the CPU in float: exact
+    CPU_FLOAT = "cpu-float"  # computed in float (left on the CPU, or converted around it): exact
 
 
 #: Strictness order: the generic target takes the strictest rule of all targets.
@@ -74,6 +74,12 @@ class Target:
     #: whose quantizer marked them so; an unmarked op runs on the CPU in float
     #: (the Arm quantizer's ``_arm_annotation_info.quantized``).
     lowers_only_marked: tuple[str, str] | None = None
+    #: The backend computes an op on integer codes only when each of its tensor
+    #: inputs is a dequantize's output and each user a quantize; any other op it
+    #: computes in float between its own conversions, which realises any domain
+    #: change (XNNPACK: campaign case 00041, DQ → clamp → max_pool2d → Q into
+    #: another domain, exact on the runtime).
+    float_unless_qdq: bool = False
     #: Module path of the backend's reader, imported only when a program of this
     #: target is read: what its delegates really read and write and its own
     #: checks of what it emitted. See `backend_module`.
