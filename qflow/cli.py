@@ -305,19 +305,19 @@ def _quantized(dg: Any) -> bool:
 def _programs(path: Path, form: str | None, spec: Any) -> list[tuple[str, Any]]:
     """(report name, program) to check for one PATH: the program itself, or with --arm each
     partition of its Arm lowering. Raises InputError for what cannot be checked as asked."""
-    from qflow.integrations.load import form_mismatch, is_pte, load_program
+    from qflow.integrations.load import form_mismatch, is_pte, load_program, read_program
 
     if spec is None and path.is_file() and is_pte(path):  # read as shipped (qflow.integrations.pte)
         if form is not None:
             raise InputError(f"--form {form}: a .pte program is read as shipped; --form applies to a .pt2")
         return [(path.name, path)]
-    ep = load_program(path)
-    if spec is None:
-        reason = form_mismatch(ep.graph_module, form)
+    if spec is None:  # a check reads the graph only: no torch._dynamo (see read_program)
+        program = read_program(path)
+        reason = form_mismatch(program.graph_module, form)
         if reason is not None:
             raise InputError(reason)
-        return [(path.name, ep)]
-    return _arm_partitions(path, ep, spec)
+        return [(path.name, program)]
+    return _arm_partitions(path, load_program(path), spec)
 
 
 def _arm_spec(text: str) -> Any:
