@@ -29,6 +29,7 @@ import operator
 import posixpath
 import sys
 import zipfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,12 +88,13 @@ class Unsupported(Exception):
 class SavedProgram:
     """What a check reads of a saved ExportedProgram: its graph module, graph
     signature, weights (``state_dict``) and lifted constants. Tensor values in
-    ``meta["val"]`` are meta-device tensors; the weights are real CPU tensors."""
+    ``meta["val"]`` are meta-device tensors; the weights and constants are real
+    CPU tensors, read from the archive when first looked up."""
 
     graph_module: fx.GraphModule
     graph_signature: gs.ExportGraphSignature
-    state_dict: dict[str, torch.Tensor] = field(default_factory=dict)
-    constants: dict[str, torch.Tensor] = field(default_factory=dict)
+    state_dict: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    constants: Mapping[str, torch.Tensor] = field(default_factory=dict)
     schema_version: tuple[int, int] = (SCHEMA_MAJOR, SCHEMA_MINOR)
 
     @property
@@ -103,40 +105,39 @@ class SavedProgram:
 def read(path: str | Path) -> SavedProgram:
     """The program `torch.export.save` wrote to `path`, or `Unsupported`."""
     with zipfile.ZipFile(path) as zf:
-        archive = _Archive(zf)
+        archive = _Archive(Path(path), zf)
         if archive.text("archive_format") != ARCHIVE_FORMAT:
             raise Unsupported("not a pt2 archive (archive_format)")
         if archive.text("archive_version") != ARCHIVE_VERSION:
             raise Unsupported("archive version")
         if archive.has("byteorder") and archive.text("byteorder") != sys.byteorder:
             raise Unsupported("tensors saved in another byte order")
-        for name in archive.names:
+        for name in archive.sizes:
             if name.startswith(("data/aotinductor/", "data/executorch/", "xl_model_weights/")):
                 raise Unsupported(f"archive entry {name}")
         program = json.loads(archive.bytes(f"models/{MODEL}.json"))
-        state_dict = _tensors(archive, "data/weights/", f"data/weights/{MODEL}_weights_config.json", "weight_")
-        constants = _tensors(archive, "data/constants/", f"data/constants/{MODEL}_constants_config.json", "tensor_")
+        state_dict = _Payloads(archive, "data/weights/", f"data/weights/{MODEL}_weights_config.json", "weight_")
+        constants = _Payloads(archive, "data/constants/", f"data/constants/{MODEL}_constants_config.json", "tensor_")
     return _Deserializer(program).program(state_dict, constants)
 
 
 class _Archive:
     """The records of a pt2 zip, named relative to its one top-level folder (as torch's reader does)."""
 
-    def __init__(self, zf: zipfile.ZipFile) -> None:
-        self.zf = zf
-        entries = [i.filename for i in zf.infolist() if not i.is_dir()]
-        roots = {e.split("/", 1)[0] for e in entries}
-        if len(roots) != 1 or any("/" not in e for e in entries):
+    def __init__(self, path: Path, zf: zipfile.ZipFile) -> None:
+        self.path, self.zf = path, zf
+        entries = [i for i in zf.infolist() if not i.is_dir()]
+        roots = {i.filename.split("/", 1)[0] for i in entries}
+        if len(roots) != 1 or any("/" not in i.filename for i in entries):
             raise Unsupported("a pt2 archive keeps every record under one top-level folder")
         self.root = roots.pop()
-        self.names = [e.split("/", 1)[1] for e in entries]
-        self._names = set(self.names)
+        self.sizes = {i.filename.split("/", 1)[1]: i.file_size for i in entries}
 
     def has(self, name: str) -> bool:
-        return name in self._names
+        return name in self.sizes
 
     def bytes(self, name: str) -> bytes:
-        if name not in self._names:
+        if name not in self.sizes:
             raise Unsupported(f"no {name} in the archive")
         return self.zf.read(f"{self.root}/{name}")
 
@@ -147,33 +148,73 @@ class _Archive:
 # -- weights and constants --------------------------------------------------------
 
 
-def _tensors(archive: _Archive, folder: str, config_file: str, prefix: str) -> dict[str, torch.Tensor]:
-    """fqn → tensor from a payload config (torch's _load_state_dict / _load_constants for raw,
-    unpickled tensors; storage shared between fqns that name the same file, as there)."""
-    config = json.loads(archive.text(config_file)).get("config", {})
-    flat: dict[str, torch.Tensor] = {}
-    out: dict[str, torch.Tensor] = {}
-    for fqn, payload in config.items():
-        path = payload["path_name"]
-        if payload.get("use_pickle") or not path.startswith(prefix):
-            raise Unsupported(f"{fqn}: a pickled tensor or an object ({path})")
-        meta = payload["tensor_meta"]
-        if meta is None or meta["device"]["type"] != "cpu" or meta.get("layout", 7) != 7:
-            raise Unsupported(f"{fqn}: not a strided CPU tensor")
-        dtype = _dtype(meta["dtype"])
-        size, stride = _ints(meta["sizes"]), _ints(meta["strides"])
-        (offset,) = _ints([meta["storage_offset"]])
-        if path not in flat:
-            data = archive.bytes(posixpath.join(folder, path))
-            if not data:
-                flat[path] = torch.zeros(size, dtype=dtype)
-            else:
-                if len(data) % dtype.itemsize:
-                    raise Unsupported(f"{fqn}: {len(data)} bytes are not whole {dtype} elements")
-                flat[path] = torch.frombuffer(bytearray(data), dtype=dtype)
-        t = torch.as_strided(flat[path], size, stride, offset)
-        out[fqn] = torch.nn.Parameter(t, requires_grad=bool(meta["requires_grad"])) if payload.get("is_param") else t
-    return out
+@dataclass(frozen=True)
+class _Payload:
+    """One raw tensor of a payload config: its record and how torch views it."""
+
+    record: str
+    dtype: torch.dtype
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+    is_param: bool
+    requires_grad: bool
+
+
+class _Payloads(Mapping[str, torch.Tensor]):
+    """fqn → tensor of a payload config (torch's _load_state_dict / _load_constants for raw,
+    unpickled tensors; fqns that name one record share its storage, as there). Everything is
+    checked when the archive is read; a tensor's bytes are read when it is first looked up,
+    since a check reads only the few constants that hold qparams, never the weights."""
+
+    def __init__(self, archive: _Archive, folder: str, config_file: str, prefix: str) -> None:
+        self.path, self.root = archive.path, archive.root
+        self.payloads: dict[str, _Payload] = {}
+        self._flat: dict[str, torch.Tensor] = {}
+        self._tensors: dict[str, torch.Tensor] = {}
+        for fqn, payload in json.loads(archive.text(config_file)).get("config", {}).items():
+            name = payload["path_name"]
+            if payload.get("use_pickle") or not name.startswith(prefix):
+                raise Unsupported(f"{fqn}: a pickled tensor or an object ({name})")
+            meta = payload["tensor_meta"]
+            if meta is None or meta["device"]["type"] != "cpu" or meta.get("layout", 7) != 7:
+                raise Unsupported(f"{fqn}: not a strided CPU tensor")
+            p = _Payload(
+                posixpath.join(folder, name),
+                _dtype(meta["dtype"]),
+                tuple(_ints(meta["sizes"])),
+                tuple(_ints(meta["strides"])),
+                _ints([meta["storage_offset"]])[0],
+                bool(payload.get("is_param")),
+                bool(meta["requires_grad"]),
+            )
+            if not archive.has(p.record):
+                raise Unsupported(f"{fqn}: no {p.record} in the archive")
+            nbytes = archive.sizes[p.record]
+            if nbytes % p.dtype.itemsize:
+                raise Unsupported(f"{fqn}: {nbytes} bytes are not whole {p.dtype} elements")
+            last = p.offset + sum((n - 1) * st for n, st in zip(p.size, p.stride, strict=True))
+            if nbytes and all(p.size) and last >= nbytes // p.dtype.itemsize:
+                raise Unsupported(f"{fqn}: its view reaches past the {nbytes} bytes of {p.record}")
+            self.payloads[fqn] = p
+
+    def __getitem__(self, fqn: str) -> torch.Tensor:
+        if fqn not in self._tensors:
+            p = self.payloads[fqn]
+            if p.record not in self._flat:
+                with zipfile.ZipFile(self.path) as zf:
+                    data = zf.read(f"{self.root}/{p.record}")
+                flat = torch.frombuffer(bytearray(data), dtype=p.dtype) if data else torch.zeros(p.size, dtype=p.dtype)
+                self._flat[p.record] = flat
+            t = torch.as_strided(self._flat[p.record], p.size, p.stride, p.offset)
+            self._tensors[fqn] = torch.nn.Parameter(t, requires_grad=p.requires_grad) if p.is_param else t
+        return self._tensors[fqn]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.payloads)
+
+    def __len__(self) -> int:
+        return len(self.payloads)
 
 
 def _dtype(code: int) -> torch.dtype:
@@ -264,7 +305,7 @@ class _Deserializer:
         self.vals: dict[str, Any] = {}
 
     # -- the program -------------------------------------------------------------------
-    def program(self, state_dict: dict[str, torch.Tensor], constants: dict[str, torch.Tensor]) -> SavedProgram:
+    def program(self, state_dict: Mapping[str, torch.Tensor], constants: Mapping[str, torch.Tensor]) -> SavedProgram:
         signature = self.signature(self.module["signature"])
         self.read_graph(self.module["graph"], signature)
         # as ExportedProgram.__init__: a flat graph, codegen reset, duplicate getitems merged
