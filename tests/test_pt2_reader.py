@@ -272,3 +272,20 @@ def test_a_pickled_weight_is_read_by_torch(saved, tmp_path) -> None:
         pt2.read(dst)
     # its bytes are no pickle: torch says so, and the check reports bad input (never a graph)
     assert main(["check", str(dst)]) == 2
+
+
+def test_the_command_exits_with_the_check_code(saved) -> None:
+    """`python -m qflow` and the `qflow` script run `qflow.cli.run` (main, then exit with the collector
+    frozen): the exit code and the report are main's."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["qflow"] == "qflow.cli:run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for name, code, text in (("seed000_control", 0, "PROVED"), ("seed000_cat_requant", 1, "NOT PROVED")):
+        done = subprocess.run(
+            [sys.executable, "-m", "qflow", "check", str(saved[name])], capture_output=True, text=True, env=env
+        )
+        assert done.returncode == code and text in done.stdout, done.stderr
+    done = subprocess.run([sys.executable, "-m", "qflow", "check", "/nonexistent.pt2"], capture_output=True, env=env)
+    assert done.returncode == 2
