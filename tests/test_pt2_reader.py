@@ -1,7 +1,8 @@
 """qflow's own .pt2 reader (qflow.integrations.pt2) against torch.export.load.
 
 Real PT2E programs — the bundled examples, the Arm TOSAQuantizer per-channel,
-per-tensor and int16 a16w8, XNNPACKQuantizer static and dynamic — saved with
+per-tensor and int16 a16w8, XNNPACKQuantizer static and dynamic, and one whose
+ops take keyword, None, device, layout, string and float-list arguments — saved with
 torch.export.save: the fast reader builds the same FX graph (names, targets,
 args, metadata, signature, weights) and the check the same report as from the
 ExportedProgram torch loads; it never imports torch._dynamo; what it cannot
@@ -51,6 +52,21 @@ class MLP(nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
+class ArgKinds(nn.Module):
+    """Ops whose saved arguments are keywords, None, a device, a layout, a string, a float list."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1, bias=False)
+        self.ln = nn.LayerNorm([4, 6, 6])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.interpolate(self.conv(x), scale_factor=2.0, mode="nearest")
+        y = nn.functional.gelu(nn.functional.max_pool2d(y, 2, ceil_mode=True), approximate="tanh")
+        y = torch.clamp(y + torch.full((1, 4, 6, 6), 0.5, dtype=torch.float32), min=-1.0)
+        return self.ln(y).to(torch.float32).mean(dim=(2, 3), keepdim=True)
+
+
 def _xnnpack(dynamic: bool) -> Any:
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
@@ -92,6 +108,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "arm_per_tensor": (ConvNet(), conv_in, _arm_per_tensor()),
         "xnnpack_static": (ConvNet(), conv_in, _xnnpack(dynamic=False)),
         "xnnpack_dynamic": (MLP(), mlp_in, _xnnpack(dynamic=True)),
+        "xnnpack_arg_kinds": (ArgKinds(), conv_in, _xnnpack(dynamic=False)),
     }
     for name, (model, inputs, quantizer) in programs.items():
         out[name] = _save(arm.quantize(model, inputs, quantizer=quantizer), inputs, d / f"{name}.pt2")
@@ -108,6 +125,7 @@ NAMES = [
     "arm_per_tensor",
     "xnnpack_static",
     "xnnpack_dynamic",
+    "xnnpack_arg_kinds",
 ]
 
 

@@ -302,12 +302,12 @@ class _Deserializer:
         self.module = program["graph_module"]
         self.graph = fx.Graph()
         self.nodes: dict[str, fx.Node] = {}
-        self.vals: dict[str, Any] = {}
+        self.tensor_values: dict[str, Any] = {}
 
     # -- the program -------------------------------------------------------------------
     def program(self, state_dict: Mapping[str, torch.Tensor], constants: Mapping[str, torch.Tensor]) -> SavedProgram:
         signature = self.signature(self.module["signature"])
-        self.read_graph(self.module["graph"], signature)
+        self.read_graph(self.module["graph"])
         # as ExportedProgram.__init__: a flat graph, codegen reset, duplicate getitems merged
         self.graph._codegen = fx.graph.CodeGen()
         try:
@@ -375,7 +375,7 @@ class _Deserializer:
         return gs.ConstantArgument(name="", value=self.value(arg))
 
     # -- nodes -------------------------------------------------------------------------
-    def read_graph(self, graph: dict[str, Any], signature: gs.ExportGraphSignature) -> None:
+    def read_graph(self, graph: dict[str, Any]) -> None:
         for kind in ("sym_int_values", "sym_bool_values", "sym_float_values", "custom_obj_values"):
             if graph.get(kind):
                 raise Unsupported(f"graph {kind}")
