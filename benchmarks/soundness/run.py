@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -48,8 +49,12 @@ def done_ids(out: Path) -> set[str]:
 
 
 def _append(out: Path, rec: dict) -> None:
-    with out.open("a") as f:
-        f.write(json.dumps(rec) + "\n")
+    """One write(2) on an O_APPEND descriptor: parallel workers never interleave lines."""
+    fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(rec) + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 def worker(ids: list[str], out: Path, time_limit: int) -> None:
@@ -77,17 +82,15 @@ def worker(ids: list[str], out: Path, time_limit: int) -> None:
         _append(out, rec)
 
 
-def campaign(ids: list[str], out: Path, batch: int, time_limit: int, log: Path | None) -> None:
-    todo = [c for c in ids if c not in done_ids(out)]
-    print(f"{len(ids) - len(todo)} of {len(ids)} cases already in {out}; running {len(todo)}", flush=True)
-    t0 = time.time()
+def _run_chunk(chunk: list[str], out: Path, time_limit: int, log: Path | None, env: dict[str, str]) -> None:
+    """Run `chunk` in worker processes until every id has a record (a dead worker's case is recorded)."""
+    todo = [c for c in chunk if c not in done_ids(out)]
     while todo:
-        chunk = todo[:batch]
-        cmd = [sys.executable, str(Path(__file__)), "--worker", ",".join(chunk), "--out", str(out)]
+        cmd = [sys.executable, str(Path(__file__)), "--worker", ",".join(todo), "--out", str(out)]
         cmd += ["--time-limit", str(time_limit)]
         err = log.open("a") if log else subprocess.DEVNULL
         try:
-            subprocess.run(cmd, env=_env(), timeout=time_limit * len(chunk) + 120, stdout=err, stderr=err)
+            subprocess.run(cmd, env=env, timeout=time_limit * len(todo) + 120, stdout=err, stderr=err)
             status = "crash"
         except subprocess.TimeoutExpired:
             status = "timeout"
@@ -95,12 +98,24 @@ def campaign(ids: list[str], out: Path, batch: int, time_limit: int, log: Path |
             if log:
                 err.close()
         have = done_ids(out)
-        missing = [c for c in chunk if c not in have]
+        missing = [c for c in todo if c not in have]
         if missing:  # the worker died on missing[0]: record it, resume after it
             _append(out, {"id": missing[0], "outcome": status, "error": "worker exited"})
         todo = [c for c in todo if c not in done_ids(out)]
-        n = len(ids) - len(todo)
-        print(f"{n}/{len(ids)} done, {time.time() - t0:.0f} s", flush=True)
+
+
+def campaign(ids: list[str], out: Path, batch: int, time_limit: int, log: Path | None, jobs: int = 1) -> None:
+    todo = [c for c in ids if c not in done_ids(out)]
+    print(f"{len(ids) - len(todo)} of {len(ids)} cases already in {out}; running {len(todo)} with {jobs} job(s)")
+    env = _env()
+    if jobs > 1:  # one core per worker: torch's own threads would fight each other
+        env.setdefault("OMP_NUM_THREADS", "1")
+    t0 = time.time()
+    chunks = [todo[i : i + batch] for i in range(0, len(todo), batch)]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for _ in as_completed(pool.submit(_run_chunk, c, out, time_limit, log, env) for c in chunks):
+            n = len(set(ids) & done_ids(out))
+            print(f"{n}/{len(ids)} done, {time.time() - t0:.0f} s", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--json", type=Path, help="with --case / --spec: also write the record to this file")
     ap.add_argument("--batch", type=int, default=10, help="cases per worker process")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes at once (one per core)")
     ap.add_argument("--time-limit", type=int, default=240, help="seconds per case")
     ap.add_argument("--log", type=Path, help="worker stderr goes here")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -143,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             ids.append(f"{i:05d}-{variants[i % len(variants)]}")
         else:
             ids.append(_default_id(i))
-    campaign(ids, a.out, a.batch, a.time_limit, a.log)
+    campaign(ids, a.out, a.batch, a.time_limit, a.log, a.jobs)
     return 0
 
 

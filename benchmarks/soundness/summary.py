@@ -23,6 +23,7 @@ import datetime
 import json
 import statistics
 import subprocess
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -264,16 +265,50 @@ def render(recs: list[dict[str, Any]]) -> str:  # noqa: C901
     return "\n".join(lines) + "\n"
 
 
+def failures(recs: list[dict[str, Any]], max_false_alarm_pct: float) -> list[str]:
+    """What breaks the campaign's promise (issue #14's acceptance), one line each."""
+    out = [f"soundness miss: {r['id']} ({verdict(r)}, {_err(r)})" for r in recs if is_miss(r)]
+    out += [
+        f"qflow crash: {r['id']} {form}: {q.get('error')}"
+        for r in recs
+        for form, q in r.get("qflow", {}).items()
+        if isinstance(q, dict) and q.get("verdict") == "crash"
+    ]
+    out += [
+        f"case {r['outcome']}: {r['id']}: {r.get('error')}" for r in recs if r.get("outcome") in ("crash", "timeout")
+    ]
+    for r in recs:
+        rr = r.get("repair") or {}
+        if rr.get("status") == "crash":
+            out.append(f"repair crash: {r['id']}: {rr.get('error')}")
+        lsb = (rr.get("err_vs_repaired_fq") or {}).get("lsb")
+        if r.get("outcome") == "miscompile" and rr.get("status") == "repaired" and (lsb is None or lsb > 1.0 + 1e-6):
+            out.append(f"repaired miscompile not within 1 LSB: {r['id']} ({lsb} LSB)")
+    exact = [r for r in recs if r.get("outcome") == "exact"]
+    alarms = [r["id"] for r in exact if is_false_alarm(r)]
+    if exact and 100 * len(alarms) / len(exact) > max_false_alarm_pct:
+        out.append(f"false alarms {len(alarms)} of {len(exact)} exact cases > {max_false_alarm_pct:g} %: {alarms}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", nargs="*", type=Path, default=[HERE / "results.jsonl"])
     ap.add_argument("--output", "-o", type=Path)
+    ap.add_argument("--check", action="store_true", help="exit 1 on a miss, a crash or too many false alarms")
+    ap.add_argument("--max-false-alarms", type=float, default=1.0, help="percent of exact cases (with --check)")
     a = ap.parse_args(argv)
-    text = render(load(a.results))
+    recs = load(a.results)
+    text = render(recs)
     if a.output:
         a.output.write_text(text)
     else:
         print(text, end="")
+    if a.check:
+        bad = failures(recs, a.max_false_alarms)
+        for line in bad:
+            print(f"FAIL {line}", file=sys.stderr)
+        return 1 if bad else 0
     return 0
 
 

@@ -87,12 +87,13 @@ def fuseable_domain(name: str, q: Domain, lo: float | None, hi: float | None) ->
 def left_without_domain(prod: fx.Node, activation: str, target: Target) -> str:
     """What lowering does with a producer whose output domain only its
     (unfused) activation records."""
+    from qflow import targets
     from qflow.integrations.fx import target_name
 
-    if target.name == "arm-tosa" or "arm-tosa" in target.members:
-        from qflow.targets.arm.passes import left_without_domain as arm
-
-        return "on arm-tosa, " + arm(prod.name, base_name(target_name(prod)), activation)
+    for name in (target.name, *target.members):
+        consequence = targets.get(name).hook("left_without_domain")
+        if consequence is not None:
+            return f"on {name}, " + consequence(prod.name, base_name(target_name(prod)), activation)
     return f"a backend that needs {prod.name}'s own output domain cannot lower it"
 
 

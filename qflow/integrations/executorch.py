@@ -17,7 +17,7 @@ from typing import Any
 import torch.fx as fx
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from qflow.errors import ProofError
+from qflow.errors import InputError, ProofError
 from qflow.report.model import Report
 
 
@@ -74,8 +74,21 @@ def check_program(program: Any, repair: bool = False, target: Any = None) -> Any
 
 
 def predict_boundaries(program: Any, partitioner: Any, name: str = "") -> Report:
-    """Before lowering: the delegate boundaries `partitioner` will cut that the
-    Arm fold pass turns into dtype mismatches (see qflow.integrations.boundaries)."""
-    from qflow.integrations.boundaries import predict_boundaries as predict
+    """Before lowering: the delegate boundaries `partitioner` will cut that its
+    backend turns into dtype mismatches (the Arm target's: qflow.targets.arm.predict)."""
+    from qflow import targets
 
+    target = targets.for_partitioner(partitioner)
+    predict = target.hook("predict_boundaries") if target is not None else None
+    if predict is None:
+        known = sorted(
+            p
+            for name in targets.NAMES
+            if targets.get(name).hook("predict_boundaries")
+            for p in targets.get(name).partitioners
+        )
+        raise InputError(
+            f"predict_boundaries: qflow has no boundary prediction for {type(partitioner).__name__} "
+            f"(target {target.name if target else 'none'}); it predicts for {', '.join(known)}"
+        )
     return predict(program, partitioner, name)

@@ -251,8 +251,19 @@ class FxAdapter:
                 info = (node.meta.get("custom") or {}).get(key)
                 if not (info and info.get(fld)):
                     r = OpRule.CPU_FLOAT
+            if t.float_unless_qdq and r in (OpRule.CODE_COPY, OpRule.ZP_ONLY) and not self._between_qdq(node):
+                r = OpRule.CPU_FLOAT
             out[t.name] = r
         return out
+
+    def _between_qdq(self, node: fx.Node) -> bool:
+        """Is every tensor input of `node` a dequantize and every user a quantize?"""
+        ins = [a for _, _, a in _tensor_args(node)]
+        if not ins or not node.users:
+            return False
+        return all(self._op_class(a) is OpClass.DEQUANTIZE for a in ins) and all(
+            self._op_class(u) is OpClass.QUANTIZE for u in node.users
+        )
 
     def _rule(self, node: fx.Node) -> OpRule | None:
         """The strictest rule any target applies to `node` (None: its PT2E meaning)."""

@@ -44,6 +44,7 @@ from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
 from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify
+from qflow.targets.arm import tosa_io
 from qflow.targets.arm.vela import ELEM_DTYPE, io_elem_sizes
 
 __all__ = ["PteProgram", "TOSA_ARTIFACT_HOOK", "build", "is_pte", "read_pte"]
@@ -427,27 +428,10 @@ class PayloadIO:
     anchored: bool = False
 
 
-_TOSA_DTYPES = {1: "bool", 2: "int4", 3: "int8", 4: "int16", 5: "int32", 7: "float32", 8: "float16", 9: "bfloat16"}
-
-
 def _tosa_io(payload: bytes) -> tuple[list[str], list[str]] | None:
     """Input and output tensor types of a TOSA flatbuffer, in block order."""
-    names = _tosa_io_names(payload)
+    names = tosa_io.io_names(payload)
     return None if names is None else ([t for _, t in names[0]], [t for _, t in names[1]])
-
-
-def _tosa_io_names(payload: bytes) -> tuple[list[tuple[str, str]], list[tuple[str, str]]] | None:
-    """(name, type) of each input and output tensor of a TOSA flatbuffer, in block order."""
-    try:
-        from tosa.TosaGraph import TosaGraph
-
-        blk = TosaGraph.GetRootAs(payload, 0).Regions(0).Blocks(0)
-        types = {blk.Tensors(i).Name().decode(): blk.Tensors(i).Type() for i in range(blk.TensorsLength())}
-        ins = [blk.Inputs(i).decode() for i in range(blk.InputsLength())]
-        outs = [blk.Outputs(i).decode() for i in range(blk.OutputsLength())]
-        return [(n, _TOSA_DTYPES.get(types[n], "?")) for n in ins], [(n, _TOSA_DTYPES.get(types[n], "?")) for n in outs]
-    except Exception:  # not a TOSA flatbuffer, or tosa-tools missing
-        return None
 
 
 def tosa_artifact_hook() -> Any:
@@ -936,7 +920,7 @@ class _Builder:
         output. An output whose edge check the validator decides takes the
         domain the parent reads (the check proves or refutes it)."""
         ta = tosa_artifact_hook()
-        names = _tosa_io_names(d.payload)
+        names = tosa_io.io_names(d.payload)
         assert ta is not None and names is not None
         inputs: dict[str, Domain | None] = {}
         for (name, _), i in zip(names[0], ins, strict=False):

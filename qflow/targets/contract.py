@@ -12,8 +12,11 @@ Torch-free: targets are data.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
 
 
 class OpRule(enum.Enum):
@@ -22,7 +25,7 @@ class OpRule(enum.Enum):
     RESCALE = "rescale"  # any output domain is realised (a real requant)
     ZP_ONLY = "zp-only"  # zero points are applied, the scale is kept: the scales must agree
     CODE_COPY = "code-copy"  # codes are copied: the output must be the input's domain
-    CPU_FLOAT = "cpu-float"  # the partitioner leaves it on the CPU in float: exact
+    CPU_FLOAT = "cpu-float"  # computed in float (left on the CPU, or converted around it): exact
 
 
 #: Strictness order: the generic target takes the strictest rule of all targets.
@@ -71,6 +74,29 @@ class Target:
     #: whose quantizer marked them so; an unmarked op runs on the CPU in float
     #: (the Arm quantizer's ``_arm_annotation_info.quantized``).
     lowers_only_marked: tuple[str, str] | None = None
+    #: The backend computes an op on integer codes only when each of its tensor
+    #: inputs is a dequantize's output and each user a quantize; any other op it
+    #: computes in float between its own conversions, which realises any domain
+    #: change (XNNPACK: campaign case 00041, DQ → clamp → max_pool2d → Q into
+    #: another domain, exact on the runtime).
+    float_unless_qdq: bool = False
+    #: Module path of the backend's reader, imported only when a program of this
+    #: target is read: what its delegates really read and write and its own
+    #: checks of what it emitted. See `backend_module`.
+    backend: str | None = None
+
+    def backend_module(self) -> ModuleType | None:
+        """The backend reader, or None. It may define (each optional):
+        ``refine_boundaries(lowered, inputs, outputs)`` (a delegate's real IO),
+        ``add_artifact_evidence(dg, gm, call, lowered, prefix)`` (check the artifact),
+        ``left_without_domain(producer, producer_op, activation) -> str`` (a finding's consequence),
+        ``predict_boundaries(program, partitioner, name) -> Report`` (before partitioning)."""
+        return None if self.backend is None else importlib.import_module(self.backend)
+
+    def hook(self, name: str) -> Callable[..., Any] | None:
+        """The backend reader's function `name`, or None when it has none."""
+        module = self.backend_module()
+        return getattr(module, name, None) if module is not None else None
 
     def rule(self, op: str) -> OpRule | None:
         """The backend's rule for op base name `op`, or None (PT2E meaning)."""

@@ -48,4 +48,5 @@ TARGET = Target(
     # FoldAndAnnotateQParamsPass folds, and the INT partitioner takes, only
     # nodes the Arm quantizer marked quantized (ARM_PIPELINE_NOTES §2.1)
     lowers_only_marked=("_arm_annotation_info", "quantized"),
+    backend="qflow.targets.arm.backend",
 )

@@ -29,8 +29,10 @@ TARGET = Target(
         "upsample_nearest2d": OpRule.CPU_FLOAT,
         # cat, view/reshape/flatten, permute/transpose and max_pool2d keep the PT2E
         # code-copy meaning: XNNPACK refuses a domain change across them at load
-        # ("Failed to create cat2 / squeeze / static transpose / maxpool2d node").
+        # ("Failed to create cat2 / squeeze / static transpose / maxpool2d node") — when they
+        # sit between a dequantize and a quantize; otherwise see float_unless_qdq.
     },
+    float_unless_qdq=True,
     fusion=Fusion.CODE_CLAMP,
     backend_ids=frozenset({"XnnpackBackend"}),
     partitioners=frozenset({"XnnpackPartitioner", "XnnpackDynamicallyQuantizedPartitioner"}),

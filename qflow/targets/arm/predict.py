@@ -1,4 +1,4 @@
-"""Predict delegate boundaries before partitioning (seed 002, issue #5 item 4).
+"""Predict Arm delegate boundaries before partitioning (seed 002).
 
 The lowered-form check sees a wrong boundary only after the backend compiled
 it. This one runs just the partitioner's tagging on a copy of the edge

@@ -1,0 +1,30 @@
+"""The Arm target's reader hooks (see `Target.backend_module`): each imports
+its ExecuTorch / TOSA machinery only when called."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def refine_boundaries(lowered: Any, inputs: list[Any], outputs: list[Any]) -> None:
+    from qflow.targets.arm.boundary import refine_boundaries as refine
+
+    refine(lowered, inputs, outputs)
+
+
+def add_artifact_evidence(dg: Any, gm: Any, call: Any, lowered: Any, prefix: str) -> None:
+    from qflow.targets.arm.boundary import add_artifact_evidence as add
+
+    add(dg, gm, call, lowered, prefix)
+
+
+def left_without_domain(producer: str, producer_op: str, activation: str) -> str:
+    from qflow.targets.arm.passes import left_without_domain as consequence
+
+    return consequence(producer, producer_op, activation)
+
+
+def predict_boundaries(program: Any, partitioner: Any, name: str = "") -> Any:
+    from qflow.targets.arm.predict import predict_boundaries as predict
+
+    return predict(program, partitioner, name)
