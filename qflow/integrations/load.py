@@ -10,7 +10,7 @@ import torch
 import torch.fx as fx
 
 from qflow.errors import InputError
-from qflow.integrations.pt2 import SavedProgram
+from qflow.integrations import pt2
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ def graph_module_of(obj: Any) -> tuple[fx.GraphModule, Any | None]:
         obj = read_program(obj)
     if isinstance(obj, fx.GraphModule):
         return obj, None
-    if isinstance(obj, (torch.export.ExportedProgram, SavedProgram)):
+    if isinstance(obj, (torch.export.ExportedProgram, pt2.SavedProgram)):
         return obj.graph_module, obj
     exported = getattr(obj, "exported_program", None)
     if callable(exported):  # EdgeProgramManager / ExecutorchProgramManager
@@ -65,8 +65,6 @@ def read_program(path: str | Path) -> Any:
     latter can be run, lowered or repaired."""
     _check_path(Path(path))
     _register_quant_ops()
-    from qflow.integrations import pt2
-
     try:
         return pt2.read(path)
     except Exception as e:  # anything the fast reader does not read: torch reads it (or says why not)
@@ -92,9 +90,11 @@ def _check_path(p: Path) -> None:
 
 
 def load_program(path: str | Path) -> torch.export.ExportedProgram:
-    """Load a `torch.export.save`d program. torch.export.load reads the graph
-    from its JSON serialization and tensors with the weights-only unpickler,
-    so no arbitrary pickle in the file is executed."""
+    """Load a `torch.export.save`d program with torch.export.load: the real
+    ExportedProgram, which repair and lowering need. torch reads the graph from
+    its JSON serialization and raw tensors from their bytes, but it unpickles
+    what the archive pickled (tensor subclasses, objects; its sample inputs
+    retry without weights_only): load only programs from a trusted source."""
     p = Path(path)
     _check_path(p)
     try:
