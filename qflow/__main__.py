@@ -1,5 +1,3 @@
-import sys
+from qflow.cli import run
 
-from qflow.cli import main
-
-sys.exit(main())
+run()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -9,16 +10,20 @@ import torch
 import torch.fx as fx
 
 from qflow.errors import InputError
+from qflow.integrations import pt2
+
+log = logging.getLogger(__name__)
 
 
 def graph_module_of(obj: Any) -> tuple[fx.GraphModule, Any | None]:
     """(graph module, ExportedProgram or None) for a GraphModule, an
-    ExportedProgram, an ExecuTorch EdgeProgramManager or a .pt2 path."""
+    ExportedProgram, an ExecuTorch EdgeProgramManager or a .pt2 path (read
+    for checking: see `read_program`)."""
     if isinstance(obj, (str, Path)):
-        obj = load_program(obj)
+        obj = read_program(obj)
     if isinstance(obj, fx.GraphModule):
         return obj, None
-    if isinstance(obj, torch.export.ExportedProgram):
+    if isinstance(obj, (torch.export.ExportedProgram, pt2.SavedProgram)):
         return obj.graph_module, obj
     exported = getattr(obj, "exported_program", None)
     if callable(exported):  # EdgeProgramManager / ExecutorchProgramManager
@@ -52,25 +57,47 @@ def is_pte(path: str | Path) -> bool:
         return False
 
 
-def load_program(path: str | Path) -> torch.export.ExportedProgram:
-    """Load a `torch.export.save`d program. torch.export.load reads the graph
-    from its JSON serialization and tensors with the weights-only unpickler,
-    so no arbitrary pickle in the file is executed."""
-    p = Path(path)
+def read_program(path: str | Path) -> Any:
+    """A `torch.export.save`d program read for checking: qflow's own reader
+    (`qflow.integrations.pt2`, no torch._dynamo: about half the time of a
+    check) when it understands everything in the archive, else the real
+    ExportedProgram from `load_program`. Both carry the same graph; only the
+    latter can be run, lowered or repaired."""
+    _check_path(Path(path))
+    _register_quant_ops()
+    try:
+        return pt2.read(path)
+    except Exception as e:  # anything the fast reader does not read: torch reads it (or says why not)
+        log.debug("%s: read with torch.export.load (%s: %s)", path, type(e).__name__, e)
+    return load_program(path)
+
+
+def _check_path(p: Path) -> None:
+    """InputError for what is no .pt2 archive at all."""
     if p.is_dir():
         raise InputError(f"{p}: is a directory, not a .pt2 program")
     if not p.is_file():
         raise InputError(f"{p}: no such file")
-    try:
-        import zipfile
+    import zipfile
 
-        if is_pte(p):
-            raise InputError(
-                f"{p}: an ExecuTorch program (.pte): `qflow check` / qflow.analyze read it as shipped; "
-                "repair and --arm need the exported program (.pt2)"
-            )
-        if not zipfile.is_zipfile(p):
-            raise InputError(f"{p}: not a .pt2 archive (torch.export.save writes a zip file)")
+    if is_pte(p):
+        raise InputError(
+            f"{p}: an ExecuTorch program (.pte): `qflow check` / qflow.analyze read it as shipped; "
+            "repair and --arm need the exported program (.pt2)"
+        )
+    if not zipfile.is_zipfile(p):
+        raise InputError(f"{p}: not a .pt2 archive (torch.export.save writes a zip file)")
+
+
+def load_program(path: str | Path) -> torch.export.ExportedProgram:
+    """Load a `torch.export.save`d program with torch.export.load: the real
+    ExportedProgram, which repair and lowering need. torch reads the graph from
+    its JSON serialization and raw tensors from their bytes, but it unpickles
+    what the archive pickled (tensor subclasses, objects; its sample inputs
+    retry without weights_only): load only programs from a trusted source."""
+    p = Path(path)
+    _check_path(p)
+    try:
         _register_quant_ops()
         return torch.export.load(p)
     except InputError:
