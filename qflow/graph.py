@@ -136,6 +136,11 @@ class DomainGraph:
     def value(self, name: str) -> Value:
         return self.g.nodes[name]["value"]
 
+    def get(self, name: str) -> Value | None:
+        """The value called `name`, or None when the graph has no such node (one lookup)."""
+        attrs = self.g._node.get(name)
+        return None if attrs is None else attrs["value"]
+
     def values(self) -> list[Value]:
         return [d["value"] for _, d in self.g.nodes(data=True)]
 

@@ -50,6 +50,19 @@ def target_name(node: fx.Node) -> str:
     t = node.target
     if isinstance(t, str):
         return t
+    # every node of an op shares its target object: name it once (keyed by identity,
+    # holding the object so its id cannot be reused by another)
+    hit = _TARGET_NAMES.get(id(t))
+    if hit is not None and hit[0] is t:
+        return hit[1]
+    name = _target_name(t)
+    if len(_TARGET_NAMES) >= _CACHE_MAX:
+        _TARGET_NAMES.clear()
+    _TARGET_NAMES[id(t)] = (t, name)
+    return name
+
+
+def _target_name(t: Any) -> str:
     name = getattr(t, "__name__", None)
     module = getattr(t, "__module__", "") or ""
     if isinstance(t, torch._ops.OpOverload):
@@ -62,7 +75,21 @@ def target_name(node: fx.Node) -> str:
     return str(t)
 
 
+_CACHE_MAX = 4096
+_TARGET_NAMES: dict[int, tuple[Any, str]] = {}
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
 def dtype_name(dt: Any) -> str:
+    if isinstance(dt, torch.dtype):  # a handful of interned objects: name each once
+        s = _DTYPE_NAMES.get(dt)
+        if s is None:
+            s = _DTYPE_NAMES[dt] = _dtype_name(dt)
+        return s
+    return _dtype_name(dt)
+
+
+def _dtype_name(dt: Any) -> str:
     s = str(dt)
     return s[len("torch.") :] if s.startswith("torch.") else s
 
@@ -88,7 +115,7 @@ def _module_path(node: fx.Node) -> str | None:
     stack = node.meta.get("nn_module_stack")
     if not stack:
         return None
-    path, _ = list(stack.values())[-1]
+    path, _ = next(reversed(stack.values())) if isinstance(stack, dict) else list(stack.values())[-1]
     return str(path)
 
 
@@ -114,6 +141,8 @@ class _Consts:
     def __init__(self, gm: fx.GraphModule, ep: Any | None) -> None:
         self.gm, self.ep = gm, ep
         self._placeholder_targets: dict[str, str] = {}
+        #: qdq_domain's results by (target, argument types, arguments after the input)
+        self.domains: dict[tuple[Any, ...], Domain] = {}
         if ep is not None:
             sig = ep.graph_signature
             for mapping in (sig.inputs_to_buffers, sig.inputs_to_parameters):
@@ -154,7 +183,30 @@ class _Consts:
 
 
 def qdq_domain(node: fx.Node, consts: _Consts) -> Domain:
-    """The domain named by a quantize / dequantize node's arguments."""
+    """The domain named by a quantize / dequantize node's arguments.
+
+    A quantize and its dequantizes name one domain with the same arguments (and
+    every copy of a weight's dequantize reads the same tensors): read each
+    argument list once per graph. The key holds each argument's type, so only
+    arguments that are the same values of the same types share an entry."""
+    rest = node.args[1:]
+    key: tuple[Any, ...] | None = (node.target, tuple(map(type, rest)), rest)
+    if any(type(a) is float and not a for a in rest):
+        key = None  # ±0.0 compare equal but print apart
+    else:
+        try:
+            hit = consts.domains.get(key)  # type: ignore[arg-type]
+        except TypeError:  # an unhashable argument
+            key, hit = None, None
+        if hit is not None:
+            return hit
+    d = _qdq_domain(node, consts)
+    if key is not None:
+        consts.domains[key] = d
+    return d
+
+
+def _qdq_domain(node: fx.Node, consts: _Consts) -> Domain:
     name = base_name(target_name(node))
     args = list(node.args)
     per_channel = name.endswith("per_channel")
@@ -225,6 +277,12 @@ class FxAdapter:
         self.consts = _Consts(gm, ep)
         self.dg = DomainGraph(form=form, target=self.target.name)
         self.delegates: dict[str, tuple[Any, list[delegate.BoundaryOutput]]] = {}
+        from qflow import targets
+
+        #: the targets whose rules count (a combined target's members), looked up once
+        self._members = [targets.get(m) for m in self.target.members] or [self.target]
+        self._marking = [t.lowers_only_marked for t in self._members if t.lowers_only_marked is not None]
+        self._rule_cache: dict[tuple[str, tuple[bool, ...]], tuple[dict[str, OpRule], OpRule | None]] = {}
 
     # -- classification ---------------------------------------------------------
     def _op_class(self, node: fx.Node) -> OpClass:
@@ -235,29 +293,49 @@ class FxAdapter:
     def _rules(self, node: fx.Node) -> dict[str, OpRule]:
         """Each (member) target's rule for a domain change across `node`. A
         backend that lowers only the nodes its quantizer marked leaves an
-        unmarked one on the CPU, in float."""
+        unmarked one on the CPU, in float. (Shared per op and marking: do not mutate.)"""
         if node.op != "call_function":
             return {}
-        from qflow import targets
+        return self._rules_of(base_name(target_name(node)), self._marks(node))[0]
 
-        op = base_name(target_name(node))
+    def _rules_of(self, op: str, marks: tuple[bool, ...]) -> tuple[dict[str, OpRule], OpRule | None]:
+        """(each target's rule, the strictest) for op base name `op`, computed once per op and marking."""
+        key = (op, marks)
+        hit = self._rule_cache.get(key)
+        if hit is None:
+            rules = self._compute_rules(op, marks)
+            strictest = max(rules.values(), key=STRICTNESS.index) if rules else None
+            hit = self._rule_cache[key] = (rules, strictest)
+        return hit
+
+    def _marks(self, node: fx.Node) -> tuple[bool, ...]:
+        """For each member target that lowers only marked nodes: did its quantizer mark `node`?"""
+        if not self._marking:
+            return ()
+        custom = node.meta.get("custom") or {}
+        out = []
+        for key, fld in self._marking:
+            info = custom.get(key)
+            out.append(bool(info and info.get(fld)))
+        return tuple(out)
+
+    def _compute_rules(self, op: str, marks: tuple[bool, ...]) -> dict[str, OpRule]:
         out: dict[str, OpRule] = {}
-        for t in [targets.get(m) for m in self.target.members] or [self.target]:
+        marked = iter(marks)
+        for t in self._members:
             # each target's PT2E default counts: one that rescales must not
             # relax another's code copy
             r = t.effective_rule(op)
-            if t.lowers_only_marked is not None:
-                key, fld = t.lowers_only_marked
-                info = (node.meta.get("custom") or {}).get(key)
-                if not (info and info.get(fld)):
-                    r = OpRule.CPU_FLOAT
+            if t.lowers_only_marked is not None and not next(marked):
+                r = OpRule.CPU_FLOAT
             out[t.name] = r
         return out
 
     def _rule(self, node: fx.Node) -> OpRule | None:
         """The strictest rule any target applies to `node` (None: its PT2E meaning)."""
-        rules = list(self._rules(node).values())
-        return max(rules, key=STRICTNESS.index) if rules else None
+        if node.op != "call_function":
+            return None
+        return self._rules_of(base_name(target_name(node)), self._marks(node))[1]
 
     def _copies_codes(self, node: fx.Node) -> bool:
         """Does the target lower `node` as a copy of its input's codes?"""
@@ -343,7 +421,7 @@ class FxAdapter:
         self._value(node, OpClass.UNKNOWN, Definition(DefKind.ALIAS, reason="integer graph input"))
 
     def _skip_use(self, producer: fx.Node) -> bool:
-        v = self.dg.value(producer.name) if producer.name in self.dg.g else None
+        v = self.dg.get(producer.name)
         return v is None or (v.definition.kind is DefKind.FREE and not v.definition.blocking)
 
     def _use(
@@ -391,7 +469,7 @@ class FxAdapter:
         self._use(x, node, "args[0]", d, None, allow_real=True)
         if self.form == "qdq" and len(x.users) == 1 and base_name(target_name(node)) == "quantize_per_tensor":
             activations.check(x, d, self.dg, node.name, self.target)
-        xv = self.dg.value(x.name) if x.name in self.dg.g else None
+        xv = self.dg.get(x.name)
         if xv is None or xv.claim is not None or self._skip_use(x):
             return
         # A clamp then a requant is a legal lowering on a target that rescales
