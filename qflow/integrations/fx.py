@@ -843,19 +843,20 @@ class FxAdapter:
     def _settle_inputs(self) -> None:
         """An integer graph input takes the domain its first consumer declares
         (recorded as an assumption); its other uses must agree."""
+        inputs = [v for v in self.dg.values() if v.definition.kind is DefKind.ALIAS and not v.definition.sources]
+        if not inputs:
+            return
         first: dict[str, Obligation] = {}
         for ob in self.dg.obligations:
             if ob.kind is ObligationKind.USE and ob.expected is not None and not ob.expected.is_float:
                 first.setdefault(ob.value, ob)
-        for v in self.dg.values():
-            d = v.definition
-            if d.kind is DefKind.ALIAS and not d.sources:
-                ob = first.get(v.name)
-                if ob is None:
-                    v.definition = Definition(DefKind.FREE, reason="integer graph input with no declared use")
-                    continue
-                v.definition = Definition(DefKind.FACT, ob.expected, real=False)
-                self.dg.notes.append(f"assumed integer input {v.name} is in {ob.expected} (declared by {ob.node})")
+        for v in inputs:
+            ob = first.get(v.name)
+            if ob is None:
+                v.definition = Definition(DefKind.FREE, reason="integer graph input with no declared use")
+                continue
+            v.definition = Definition(DefKind.FACT, ob.expected, real=False)
+            self.dg.notes.append(f"assumed integer input {v.name} is in {ob.expected} (declared by {ob.node})")
 
 
 @paused_gc()

@@ -222,16 +222,17 @@ class Prover:
         constant ``true``. Such an obligation is proved by z3 too (tests compare every one).
         """
         lhs = self._lhs_fact(ob)
-        if lhs is None or not _encodable(lhs[0]):
+        if lhs is None:
             return False
         k = ob.kind
         if k is not ObligationKind.NO_FOLD_CHANGE and k is not ObligationKind.SAME_AS_FIRST:
             if k is not ObligationKind.CLAIM and ob.expected is not None and ob.expected.is_float and ob.expected_real:
-                return lhs[1]  # the formula is `lhs.real`
+                return lhs[1] and _encodable(lhs[0])  # the formula is `lhs.real`
             if k is not ObligationKind.CLAIM and ob.allow_float and lhs[1]:
-                return True  # `lhs.real or ...`
+                return _encodable(lhs[0])  # `lhs.real or ...`
         rhs = self._rhs_fact(ob)
-        if rhs is None or lhs[0] != rhs[0] or not _encodable(rhs[0]):
+        # (equal domains write the same literal: one of them encodable, both are)
+        if rhs is None or lhs[0] != rhs[0] or not _encodable(lhs[0]):
             return False
         if k is ObligationKind.NO_FOLD_CHANGE or k is ObligationKind.CLAIM:
             return True  # same meaning (and range): the real flags are not compared
@@ -272,27 +273,36 @@ class Prover:
 
     def regions(self, obs: list[Obligation]) -> list[tuple[list[str], list[Obligation]]]:
         uf = _UnionFind()
-        values = list(self._values.values())
-        for v in values:
-            uf.find(v.name)
+        parent, find = uf.parent, uf.find
+        for name, v in self._values.items():
             d = v.definition
             if d.kind is DefKind.ALIAS and d.sources:
-                uf.union(v.name, d.sources[0])
+                src = d.sources[0]
+                root = parent.get(src)
+                if root is not None and name not in parent:
+                    # the source is placed already (values come in topological order):
+                    # hang this one under its root, as union would
+                    while root != parent[root]:
+                        root = parent[root]
+                    parent[name] = root
+                else:
+                    uf.union(name, src)
             elif d.kind is DefKind.SYMBOLIC and d.symbolic is not None:
-                uf.union(v.name, "group:" + d.symbolic.group)
-        for ob in obs:
-            deps = self._depends(ob)
+                uf.union(name, "group:" + d.symbolic.group)
+            else:
+                parent.setdefault(name, name)
+        deps_of = [self._depends(ob) for ob in obs]
+        for deps in deps_of:
             for a, b in zip(deps, deps[1:], strict=False):
                 uf.union(a, b)
         members: dict[str, list[str]] = {}
-        for v in values:
-            members.setdefault(uf.find(v.name), []).append(v.name)
+        for name in self._values:
+            members.setdefault(find(name), []).append(name)
         by_region: dict[str, list[Obligation]] = {}
         loose: list[Obligation] = []
-        for ob in obs:
-            deps = self._depends(ob)
+        for ob, deps in zip(obs, deps_of, strict=True):
             if deps:
-                by_region.setdefault(uf.find(deps[0]), []).append(ob)
+                by_region.setdefault(find(deps[0]), []).append(ob)
             else:
                 loose.append(ob)  # literal vs literal: needs no background
         out = [(members[r], o) for r, o in by_region.items()]
