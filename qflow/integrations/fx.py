@@ -103,8 +103,7 @@ def _val_dtype(node: fx.Node) -> torch.dtype | None:
     return getattr(v, "dtype", None)
 
 
-def _numel(node: fx.Node) -> int | None:
-    v = _val(node)
+def _numel_of(v: Any) -> int | None:
     try:
         return int(v.numel()) if hasattr(v, "numel") else None
     except Exception:  # symbolic shapes
@@ -189,21 +188,18 @@ def qdq_domain(node: fx.Node, consts: _Consts) -> Domain:
     every copy of a weight's dequantize reads the same tensors): read each
     argument list once per graph. The key holds each argument's type, so only
     arguments that are the same values of the same types share an entry."""
+    cache: dict[tuple[Any, ...], Domain] | None = getattr(consts, "domains", None)  # (any resolver may come)
     rest = node.args[1:]
-    key: tuple[Any, ...] | None = (node.target, tuple(map(type, rest)), rest)
-    if any(type(a) is float and not a for a in rest):
-        key = None  # ±0.0 compare equal but print apart
-    else:
-        try:
-            hit = consts.domains.get(key)  # type: ignore[arg-type]
-        except TypeError:  # an unhashable argument
-            key, hit = None, None
-        if hit is not None:
-            return hit
-    d = _qdq_domain(node, consts)
-    if key is not None:
-        consts.domains[key] = d
-    return d
+    if cache is None or any(type(a) is float and not a for a in rest):
+        return _qdq_domain(node, consts)  # (±0.0 compare equal but print apart)
+    key = (node.target, tuple(map(type, rest)), rest)
+    try:
+        hit = cache.get(key)
+    except TypeError:  # an unhashable argument
+        return _qdq_domain(node, consts)
+    if hit is None:
+        hit = cache[key] = _qdq_domain(node, consts)
+    return hit
 
 
 def _qdq_domain(node: fx.Node, consts: _Consts) -> Domain:
@@ -361,7 +357,9 @@ class FxAdapter:
         return self.dg
 
     def _value(self, node: fx.Node, op_class: OpClass, d: Definition, claim: Domain | None = None) -> None:
-        dt = _val_dtype(node)
+        meta = node.meta
+        val = meta.get("val")
+        dt = getattr(val, "dtype", None)
         self.dg.add_value(
             Value(
                 name=node.name,
@@ -370,8 +368,8 @@ class FxAdapter:
                 definition=d,
                 claim=claim,
                 dtype=dtype_name(dt) if dt is not None else None,
-                numel=_numel(node),
-                stack_trace=node.meta.get("stack_trace"),
+                numel=_numel_of(val),
+                stack_trace=meta.get("stack_trace"),
                 module_path=_module_path(node),
             )
         )
