@@ -128,8 +128,10 @@ class DomainGraph:
         self.g.add_node(v.name, value=v)
 
     def add_use(self, producer: str, consumer: str, arg: str) -> None:
-        if self.g.has_edge(producer, consumer):
-            self.g.edges[producer, consumer]["args"].append(arg)
+        succ = self.g._adj.get(producer)  # one lookup where the edge exists (networkx's own dict)
+        data = succ.get(consumer) if succ is not None else None
+        if data is not None:
+            data["args"].append(arg)
         else:
             self.g.add_edge(producer, consumer, args=[arg])
 

@@ -42,6 +42,8 @@ from qflow.targets.contract import STRICTNESS
 FORMS = ("qdq", "folded", "lowered")
 
 _DOMAIN_FREE_DTYPES = {torch.int64, torch.bool, torch.uint16, torch.uint32, torch.uint64}
+#: compared against, never handed out (a Definition is mutable)
+_FLOAT_FACT = float_fact()
 
 
 def target_name(node: fx.Node) -> str:
@@ -187,12 +189,14 @@ def qdq_domain(node: fx.Node, consts: _Consts) -> Domain:
     A quantize and its dequantizes name one domain with the same arguments (and
     every copy of a weight's dequantize reads the same tensors): read each
     argument list once per graph. The key holds each argument's type, so only
-    arguments that are the same values of the same types share an entry."""
+    arguments that are the same values of the same types share an entry, and
+    whether the op is per channel, the one thing the op itself decides."""
     cache: dict[tuple[Any, ...], Domain] | None = getattr(consts, "domains", None)  # (any resolver may come)
     rest = node.args[1:]
     if cache is None or any(type(a) is float and not a for a in rest):
         return _qdq_domain(node, consts)  # (±0.0 compare equal but print apart)
-    key = (node.target, tuple(map(type, rest)), rest)
+    # (a quantize and its dequantize read the same argument list the same way)
+    key = (base_name(target_name(node)).endswith("per_channel"), tuple(map(type, rest)), rest)
     try:
         hit = cache.get(key)
     except TypeError:  # an unhashable argument
@@ -378,11 +382,12 @@ class FxAdapter:
         if node.op in ("placeholder", "get_attr"):
             self._add_leaf(node)
             return
-        cls = self._op_class(node)
-        if node.op == "call_module":
-            cls = OpClass.UNKNOWN
-        if self._domain_free(node) or cls is OpClass.CONSTANT:
-            why = "factory op" if cls is OpClass.CONSTANT else f"{dtype_name(_val_dtype(node))} tensor"
+        cls = self._op_class(node)  # (UNKNOWN for a call_module)
+        dt = getattr(node.meta.get("val"), "dtype", None)
+        # (_domain_free, with the class at hand)
+        free = dt in _DOMAIN_FREE_DTYPES and cls is not OpClass.QUANTIZE and cls is not OpClass.DEQUANTIZE
+        if free or cls is OpClass.CONSTANT:
+            why = "factory op" if cls is OpClass.CONSTANT else f"{dtype_name(dt)} tensor"
             self._value(node, cls, Definition(DefKind.FREE, reason=f"domain-free {why}"))
             return
         if cls is OpClass.DELEGATE:
@@ -433,11 +438,12 @@ class FxAdapter:
         finding_kind: str = "domain-mismatch",
         allow_real: bool = False,
     ) -> None:
-        if producer.name not in self.dg.g:
+        pv = self.dg.get(producer.name)
+        if pv is None:
             return
         self.dg.add_use(producer.name, consumer.name, label)
-        if expected is None or self._skip_use(producer):
-            return
+        if expected is None or (pv.definition.kind is DefKind.FREE and not pv.definition.blocking):
+            return  # (as _skip_use)
         self.dg.oblige(
             Obligation(
                 kind=kind,
@@ -465,14 +471,21 @@ class FxAdapter:
         # A quantize takes real numbers; applied to codes already in `d` it is
         # the identity (the fold pass leaves such Q nodes at partition outputs).
         self._use(x, node, "args[0]", d, None, allow_real=True)
-        if self.form == "qdq" and len(x.users) == 1 and base_name(target_name(node)) == "quantize_per_tensor":
+        if (
+            self.form == "qdq"
+            and len(x.users) == 1
+            and base_name(target_name(node)) == "quantize_per_tensor"
+            and base_name(target_name(x)) in activations.BOUNDED  # (else `check` returns at once)
+        ):
             activations.check(x, d, self.dg, node.name, self.target)
         xv = self.dg.get(x.name)
         if xv is None or xv.claim is not None or self._skip_use(x):
             return
+        rule = self._rule(x)
+        copies = rule is OpRule.CODE_COPY if rule is not None else self._copies_codes(x)  # (_copies_codes)
         # A clamp then a requant is a legal lowering on a target that rescales
         # across activations; on one that copies codes (Arm) the requant is lost.
-        if (xv.op_class is OpClass.UNKNOWN or self._copies_codes(x)) and xv.definition != float_fact():
+        if (xv.op_class is OpClass.UNKNOWN or copies) and xv.definition != _FLOAT_FACT:
             self.dg.oblige(
                 Obligation(
                     kind=ObligationKind.NO_FOLD_CHANGE,
@@ -490,7 +503,7 @@ class FxAdapter:
                     targets=self._breaking(x, OpRule.CODE_COPY),
                 )
             )
-        elif self._rule(x) is OpRule.ZP_ONLY:
+        elif rule is OpRule.ZP_ONLY:
             self._zp_only(x, self._input_domain(x), d, node.name)
 
     def _breaking(self, node: fx.Node, rule: OpRule) -> tuple[str, ...]:
