@@ -244,8 +244,11 @@ class Prover:
 
     # -- regions ---------------------------------------------------------------
     def _depends(self, ob: Obligation) -> list[str]:
-        names = [ob.value] if not self._uses_claim(ob.value, ob) else []
-        if ob.other is not None and not self._uses_claim(ob.other, ob):
+        # (inlined _uses_claim: this runs for every obligation)
+        claims = ob.compare_claim and ob.kind is not ObligationKind.CLAIM
+        values = self._values
+        names = [ob.value] if not (claims and values[ob.value].claim is not None) else []
+        if ob.other is not None and not (claims and values[ob.other].claim is not None):
             names.append(ob.other)
         return names
 
