@@ -125,12 +125,13 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
     """Prove every obligation of a domain graph and explain the failures."""
     t0 = time.perf_counter()
     _check_acyclic(dg)
-    for v in dg.values():
-        for s in v.definition.sources:
+    defs = {v.name: v.definition for v in dg.values()}
+    for name, d in defs.items():
+        for s in d.sources:
             if s not in dg.g:
-                raise InputError(f"alias source {s!r} is not a value of the graph", v.name)
+                raise InputError(f"alias source {s!r} is not a value of the graph", name)
     t1 = time.perf_counter()
-    env = propagate({v.name: v.definition for v in dg.values()})
+    env = propagate(defs)
     t2 = time.perf_counter()
     results, stats = prove(dg)
     t3 = time.perf_counter()

@@ -300,12 +300,14 @@ class Prover:
                 uf.union(a, b)
         members: dict[str, list[str]] = {}
         for name in self._values:
-            members.setdefault(find(name), []).append(name)
+            p = parent[name]  # (most values hang right under their root: skip the call)
+            members.setdefault(p if parent[p] == p else find(name), []).append(name)
         by_region: dict[str, list[Obligation]] = {}
         loose: list[Obligation] = []
         for ob, deps in zip(obs, deps_of, strict=True):
             if deps:
-                by_region.setdefault(find(deps[0]), []).append(ob)
+                p = parent[deps[0]]
+                by_region.setdefault(p if parent[p] == p else find(deps[0]), []).append(ob)
             else:
                 loose.append(ob)  # literal vs literal: needs no background
         out = [(members[r], o) for r, o in by_region.items()]
@@ -326,12 +328,15 @@ class Prover:
             # a region of tautologies alone cannot fail; any other region goes to z3 whole
             # (its solver state, hence a counterexample, is the same as without this)
             todo = []
+            tautology, proved = self.tautology, self._proved
             for region in regions:
-                if all(self.tautology(o) for o in region[1]):
-                    for o in region[1]:
-                        results[id(o)] = self._proved(o)
+                for o in region[1]:
+                    if not tautology(o):
+                        todo.append(region)
+                        break
                 else:
-                    todo.append(region)
+                    for o in region[1]:
+                        results[id(o)] = proved(o)
             regions = todo
         for i in range(0, len(regions), BATCH):
             self._prove_batch(solver, regions[i : i + BATCH], results)
