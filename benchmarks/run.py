@@ -405,10 +405,10 @@ def main(argv: list[str] | None = None) -> int:
         "(< 1: the core was shared); `z3 %` = prove_s / qflow s; `fold s` = "
         "`qflow.integrations.arm.fold_qparams` on the same edge graph, same process; `pass` = that "
         "minus the deepcopy fold_qparams makes first. `prove api s` = the reference encoding "
-        '(z3 terms built through the Python API, `prove(dg, engine="api")`, the engine before the SMT-LIB '
-        "text prover) on the same graph, once; `prove ×` = that / prove s; `qflow/walk` = qflow s / the bare "
-        "walk over the FX nodes; `same` = both engines gave every obligation the same verdict, counterexample "
-        "and blockers.",
+        '(z3 terms built through the Python API, `prove(dg, engine="api", tautologies=False)`: z3 asked about '
+        "every obligation, tautologies too) on the same graph, once; `prove ×` = that / prove s; `qflow/walk` "
+        "= qflow s / the bare walk over the FX nodes; `same` = the reference and qflow's prover gave every "
+        "obligation the same verdict, counterexample and blockers.",
         "",
         "## Fold pass",
         "",

@@ -110,6 +110,11 @@ def _breaks_on(target: str, where: tuple[str, ...], kind_id: str) -> dict[str, s
 
 
 def _check_acyclic(dg: DomainGraph) -> None:
+    # an adapter adds values in its program's (topological) order: when every edge goes
+    # forward in that order the graph has no cycle, and one linear pass shows it
+    order = {n: i for i, n in enumerate(dg.g)}
+    if all(order[u] < order[v] for u, succ in dg.g.adjacency() for v in succ):
+        return
     if not nx.is_directed_acyclic_graph(dg.g):
         cycle = nx.find_cycle(dg.g)
         raise InputError(f"the graph has a cycle: {' → '.join(u for u, _ in cycle)}", cycle[0][0])
@@ -120,12 +125,13 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
     """Prove every obligation of a domain graph and explain the failures."""
     t0 = time.perf_counter()
     _check_acyclic(dg)
-    for v in dg.values():
-        for s in v.definition.sources:
+    defs = {v.name: v.definition for v in dg.values()}
+    for name, d in defs.items():
+        for s in d.sources:
             if s not in dg.g:
-                raise InputError(f"alias source {s!r} is not a value of the graph", v.name)
+                raise InputError(f"alias source {s!r} is not a value of the graph", name)
     t1 = time.perf_counter()
-    env = propagate({v.name: v.definition for v in dg.values()})
+    env = propagate(defs)
     t2 = time.perf_counter()
     results, stats = prove(dg)
     t3 = time.perf_counter()
@@ -178,5 +184,13 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
             "prove_s": round(t3 - t2, 6),
         },
     )
-    report.domains = {n: str(e) for n, e in env.items()}
+    # propagate shares one element among the values of one fact: print each once
+    shown: dict[int, str] = {}
+    domains = {}
+    for n, e in env.items():
+        text = shown.get(id(e))
+        if text is None:
+            text = shown[id(e)] = str(e)
+        domains[n] = text
+    report.domains = domains
     return report

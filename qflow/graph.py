@@ -128,13 +128,20 @@ class DomainGraph:
         self.g.add_node(v.name, value=v)
 
     def add_use(self, producer: str, consumer: str, arg: str) -> None:
-        if self.g.has_edge(producer, consumer):
-            self.g.edges[producer, consumer]["args"].append(arg)
+        succ = self.g._adj.get(producer)  # one lookup where the edge exists (networkx's own dict)
+        data = succ.get(consumer) if succ is not None else None
+        if data is not None:
+            data["args"].append(arg)
         else:
             self.g.add_edge(producer, consumer, args=[arg])
 
     def value(self, name: str) -> Value:
         return self.g.nodes[name]["value"]
+
+    def get(self, name: str) -> Value | None:
+        """The value called `name`, or None when the graph has no such node (one lookup)."""
+        attrs = self.g._node.get(name)
+        return None if attrs is None else attrs["value"]
 
     def values(self) -> list[Value]:
         return [d["value"] for _, d in self.g.nodes(data=True)]

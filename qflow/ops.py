@@ -84,6 +84,7 @@ _TABLE["executorch_call_delegate"] = OpClass.DELEGATE
 MULTI_INPUT_IDENTITY = frozenset({"cat", "concat", "concatenate", "stack"})
 
 
+@lru_cache(maxsize=4096)
 def base_name(target: str) -> str:
     """``aten.cat.default`` → ``cat``; ``quantized_decomposed.quantize_per_tensor.tensor``
     → ``quantize_per_tensor``; ``operator.getitem`` → ``getitem``."""

@@ -21,6 +21,8 @@ from qflow.ops import base_name
 from qflow.targets import Fusion, Target
 
 _PRODUCERS = frozenset({"conv1d", "conv2d", "conv3d", "convolution", "linear"})
+#: The ops `bounds` knows: any other node is no clamp (checked before anything else).
+BOUNDED = frozenset({"relu", "relu_", "relu6", "hardtanh", "hardtanh_", "clamp", "clamp_"})
 
 
 def bounds(node: fx.Node) -> tuple[float | None, float | None] | None:
@@ -28,6 +30,8 @@ def bounds(node: fx.Node) -> tuple[float | None, float | None] | None:
     from qflow.integrations.fx import target_name
 
     name = base_name(target_name(node))
+    if name not in BOUNDED:
+        return None
     args, kw = node.args, node.kwargs
     if name in ("relu", "relu_"):
         return 0.0, None

@@ -42,6 +42,8 @@ from qflow.targets.contract import STRICTNESS
 FORMS = ("qdq", "folded", "lowered")
 
 _DOMAIN_FREE_DTYPES = {torch.int64, torch.bool, torch.uint16, torch.uint32, torch.uint64}
+#: compared against, never handed out (a Definition is mutable)
+_FLOAT_FACT = float_fact()
 
 
 def target_name(node: fx.Node) -> str:
@@ -50,6 +52,19 @@ def target_name(node: fx.Node) -> str:
     t = node.target
     if isinstance(t, str):
         return t
+    # every node of an op shares its target object: name it once (keyed by identity,
+    # holding the object so its id cannot be reused by another)
+    hit = _TARGET_NAMES.get(id(t))
+    if hit is not None and hit[0] is t:
+        return hit[1]
+    name = _target_name(t)
+    if len(_TARGET_NAMES) >= _CACHE_MAX:
+        _TARGET_NAMES.clear()
+    _TARGET_NAMES[id(t)] = (t, name)
+    return name
+
+
+def _target_name(t: Any) -> str:
     name = getattr(t, "__name__", None)
     module = getattr(t, "__module__", "") or ""
     if isinstance(t, torch._ops.OpOverload):
@@ -62,7 +77,21 @@ def target_name(node: fx.Node) -> str:
     return str(t)
 
 
+_CACHE_MAX = 4096
+_TARGET_NAMES: dict[int, tuple[Any, str]] = {}
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
 def dtype_name(dt: Any) -> str:
+    if isinstance(dt, torch.dtype):  # a handful of interned objects: name each once
+        s = _DTYPE_NAMES.get(dt)
+        if s is None:
+            s = _DTYPE_NAMES[dt] = _dtype_name(dt)
+        return s
+    return _dtype_name(dt)
+
+
+def _dtype_name(dt: Any) -> str:
     s = str(dt)
     return s[len("torch.") :] if s.startswith("torch.") else s
 
@@ -76,8 +105,7 @@ def _val_dtype(node: fx.Node) -> torch.dtype | None:
     return getattr(v, "dtype", None)
 
 
-def _numel(node: fx.Node) -> int | None:
-    v = _val(node)
+def _numel_of(v: Any) -> int | None:
     try:
         return int(v.numel()) if hasattr(v, "numel") else None
     except Exception:  # symbolic shapes
@@ -88,7 +116,7 @@ def _module_path(node: fx.Node) -> str | None:
     stack = node.meta.get("nn_module_stack")
     if not stack:
         return None
-    path, _ = list(stack.values())[-1]
+    path, _ = next(reversed(stack.values())) if isinstance(stack, dict) else list(stack.values())[-1]
     return str(path)
 
 
@@ -114,6 +142,8 @@ class _Consts:
     def __init__(self, gm: fx.GraphModule, ep: Any | None) -> None:
         self.gm, self.ep = gm, ep
         self._placeholder_targets: dict[str, str] = {}
+        #: qdq_domain's results by (target, argument types, arguments after the input)
+        self.domains: dict[tuple[Any, ...], Domain] = {}
         if ep is not None:
             sig = ep.graph_signature
             for mapping in (sig.inputs_to_buffers, sig.inputs_to_parameters):
@@ -154,7 +184,29 @@ class _Consts:
 
 
 def qdq_domain(node: fx.Node, consts: _Consts) -> Domain:
-    """The domain named by a quantize / dequantize node's arguments."""
+    """The domain named by a quantize / dequantize node's arguments.
+
+    A quantize and its dequantizes name one domain with the same arguments (and
+    every copy of a weight's dequantize reads the same tensors): read each
+    argument list once per graph. The key holds each argument's type, so only
+    arguments that are the same values of the same types share an entry, and
+    whether the op is per channel, the one thing the op itself decides."""
+    cache: dict[tuple[Any, ...], Domain] | None = getattr(consts, "domains", None)  # (any resolver may come)
+    rest = node.args[1:]
+    if cache is None or any(type(a) is float and not a for a in rest):
+        return _qdq_domain(node, consts)  # (±0.0 compare equal but print apart)
+    # (a quantize and its dequantize read the same argument list the same way)
+    key = (base_name(target_name(node)).endswith("per_channel"), tuple(map(type, rest)), rest)
+    try:
+        hit = cache.get(key)
+    except TypeError:  # an unhashable argument
+        return _qdq_domain(node, consts)
+    if hit is None:
+        hit = cache[key] = _qdq_domain(node, consts)
+    return hit
+
+
+def _qdq_domain(node: fx.Node, consts: _Consts) -> Domain:
     name = base_name(target_name(node))
     args = list(node.args)
     per_channel = name.endswith("per_channel")
@@ -225,6 +277,13 @@ class FxAdapter:
         self.consts = _Consts(gm, ep)
         self.dg = DomainGraph(form=form, target=self.target.name)
         self.delegates: dict[str, tuple[Any, list[delegate.BoundaryOutput]]] = {}
+        from qflow import targets
+
+        #: the targets whose rules count (a combined target's members), looked up once
+        self._members = [targets.get(m) for m in self.target.members] or [self.target]
+        self._marking = [t.lowers_only_marked for t in self._members if t.lowers_only_marked is not None]
+        self._sandwich = any(t.float_unless_qdq for t in self._members)
+        self._rule_cache: dict[tuple[str, tuple[bool, ...]], tuple[dict[str, OpRule], OpRule | None]] = {}
 
     # -- classification ---------------------------------------------------------
     def _op_class(self, node: fx.Node) -> OpClass:
@@ -235,23 +294,45 @@ class FxAdapter:
     def _rules(self, node: fx.Node) -> dict[str, OpRule]:
         """Each (member) target's rule for a domain change across `node`. A
         backend that lowers only the nodes its quantizer marked leaves an
-        unmarked one on the CPU, in float."""
+        unmarked one on the CPU, in float. (Shared per op and marking: do not mutate.)"""
         if node.op != "call_function":
             return {}
-        from qflow import targets
+        return self._rules_of(base_name(target_name(node)), self._marks(node))[0]
 
-        op = base_name(target_name(node))
+    def _rules_of(self, op: str, marks: tuple[bool, ...]) -> tuple[dict[str, OpRule], OpRule | None]:
+        """(each target's rule, the strictest) for op base name `op`, computed once per op and marking."""
+        key = (op, marks)
+        hit = self._rule_cache.get(key)
+        if hit is None:
+            rules = self._compute_rules(op, marks)
+            strictest = max(rules.values(), key=STRICTNESS.index) if rules else None
+            hit = self._rule_cache[key] = (rules, strictest)
+        return hit
+
+    def _marks(self, node: fx.Node) -> tuple[bool, ...]:
+        """For each member target that lowers only marked nodes: did its quantizer mark `node`?
+        Then, when a member computes ops outside a DQ → op → Q sandwich in float: is `node` in one?"""
+        out = []
+        if self._marking:
+            custom = node.meta.get("custom") or {}
+            for key, fld in self._marking:
+                info = custom.get(key)
+                out.append(bool(info and info.get(fld)))
+        if self._sandwich:
+            out.append(self._between_qdq(node))
+        return tuple(out)
+
+    def _compute_rules(self, op: str, marks: tuple[bool, ...]) -> dict[str, OpRule]:
         out: dict[str, OpRule] = {}
-        for t in [targets.get(m) for m in self.target.members] or [self.target]:
+        marked = iter(marks[: len(self._marking)])
+        sandwiched = marks[-1] if self._sandwich else True
+        for t in self._members:
             # each target's PT2E default counts: one that rescales must not
             # relax another's code copy
             r = t.effective_rule(op)
-            if t.lowers_only_marked is not None:
-                key, fld = t.lowers_only_marked
-                info = (node.meta.get("custom") or {}).get(key)
-                if not (info and info.get(fld)):
-                    r = OpRule.CPU_FLOAT
-            if t.float_unless_qdq and r in (OpRule.CODE_COPY, OpRule.ZP_ONLY) and not self._between_qdq(node):
+            if t.lowers_only_marked is not None and not next(marked):
+                r = OpRule.CPU_FLOAT
+            if t.float_unless_qdq and r in (OpRule.CODE_COPY, OpRule.ZP_ONLY) and not sandwiched:
                 r = OpRule.CPU_FLOAT
             out[t.name] = r
         return out
@@ -267,8 +348,9 @@ class FxAdapter:
 
     def _rule(self, node: fx.Node) -> OpRule | None:
         """The strictest rule any target applies to `node` (None: its PT2E meaning)."""
-        rules = list(self._rules(node).values())
-        return max(rules, key=STRICTNESS.index) if rules else None
+        if node.op != "call_function":
+            return None
+        return self._rules_of(base_name(target_name(node)), self._marks(node))[1]
 
     def _copies_codes(self, node: fx.Node) -> bool:
         """Does the target lower `node` as a copy of its input's codes?"""
@@ -294,7 +376,9 @@ class FxAdapter:
         return self.dg
 
     def _value(self, node: fx.Node, op_class: OpClass, d: Definition, claim: Domain | None = None) -> None:
-        dt = _val_dtype(node)
+        meta = node.meta
+        val = meta.get("val")
+        dt = getattr(val, "dtype", None)
         self.dg.add_value(
             Value(
                 name=node.name,
@@ -303,8 +387,8 @@ class FxAdapter:
                 definition=d,
                 claim=claim,
                 dtype=dtype_name(dt) if dt is not None else None,
-                numel=_numel(node),
-                stack_trace=node.meta.get("stack_trace"),
+                numel=_numel_of(val),
+                stack_trace=meta.get("stack_trace"),
                 module_path=_module_path(node),
             )
         )
@@ -313,11 +397,12 @@ class FxAdapter:
         if node.op in ("placeholder", "get_attr"):
             self._add_leaf(node)
             return
-        cls = self._op_class(node)
-        if node.op == "call_module":
-            cls = OpClass.UNKNOWN
-        if self._domain_free(node) or cls is OpClass.CONSTANT:
-            why = "factory op" if cls is OpClass.CONSTANT else f"{dtype_name(_val_dtype(node))} tensor"
+        cls = self._op_class(node)  # (UNKNOWN for a call_module)
+        dt = getattr(node.meta.get("val"), "dtype", None)
+        # (_domain_free, with the class at hand)
+        free = dt in _DOMAIN_FREE_DTYPES and cls is not OpClass.QUANTIZE and cls is not OpClass.DEQUANTIZE
+        if free or cls is OpClass.CONSTANT:
+            why = "factory op" if cls is OpClass.CONSTANT else f"{dtype_name(dt)} tensor"
             self._value(node, cls, Definition(DefKind.FREE, reason=f"domain-free {why}"))
             return
         if cls is OpClass.DELEGATE:
@@ -354,7 +439,7 @@ class FxAdapter:
         self._value(node, OpClass.UNKNOWN, Definition(DefKind.ALIAS, reason="integer graph input"))
 
     def _skip_use(self, producer: fx.Node) -> bool:
-        v = self.dg.value(producer.name) if producer.name in self.dg.g else None
+        v = self.dg.get(producer.name)
         return v is None or (v.definition.kind is DefKind.FREE and not v.definition.blocking)
 
     def _use(
@@ -368,11 +453,12 @@ class FxAdapter:
         finding_kind: str = "domain-mismatch",
         allow_real: bool = False,
     ) -> None:
-        if producer.name not in self.dg.g:
+        pv = self.dg.get(producer.name)
+        if pv is None:
             return
         self.dg.add_use(producer.name, consumer.name, label)
-        if expected is None or self._skip_use(producer):
-            return
+        if expected is None or (pv.definition.kind is DefKind.FREE and not pv.definition.blocking):
+            return  # (as _skip_use)
         self.dg.oblige(
             Obligation(
                 kind=kind,
@@ -400,14 +486,21 @@ class FxAdapter:
         # A quantize takes real numbers; applied to codes already in `d` it is
         # the identity (the fold pass leaves such Q nodes at partition outputs).
         self._use(x, node, "args[0]", d, None, allow_real=True)
-        if self.form == "qdq" and len(x.users) == 1 and base_name(target_name(node)) == "quantize_per_tensor":
+        if (
+            self.form == "qdq"
+            and len(x.users) == 1
+            and base_name(target_name(node)) == "quantize_per_tensor"
+            and base_name(target_name(x)) in activations.BOUNDED  # (else `check` returns at once)
+        ):
             activations.check(x, d, self.dg, node.name, self.target)
-        xv = self.dg.value(x.name) if x.name in self.dg.g else None
+        xv = self.dg.get(x.name)
         if xv is None or xv.claim is not None or self._skip_use(x):
             return
+        rule = self._rule(x)
+        copies = rule is OpRule.CODE_COPY if rule is not None else self._copies_codes(x)  # (_copies_codes)
         # A clamp then a requant is a legal lowering on a target that rescales
         # across activations; on one that copies codes (Arm) the requant is lost.
-        if (xv.op_class is OpClass.UNKNOWN or self._copies_codes(x)) and xv.definition != float_fact():
+        if (xv.op_class is OpClass.UNKNOWN or copies) and xv.definition != _FLOAT_FACT:
             self.dg.oblige(
                 Obligation(
                     kind=ObligationKind.NO_FOLD_CHANGE,
@@ -425,7 +518,7 @@ class FxAdapter:
                     targets=self._breaking(x, OpRule.CODE_COPY),
                 )
             )
-        elif self._rule(x) is OpRule.ZP_ONLY:
+        elif rule is OpRule.ZP_ONLY:
             self._zp_only(x, self._input_domain(x), d, node.name)
 
     def _breaking(self, node: fx.Node, rule: OpRule) -> tuple[str, ...]:
@@ -776,19 +869,20 @@ class FxAdapter:
     def _settle_inputs(self) -> None:
         """An integer graph input takes the domain its first consumer declares
         (recorded as an assumption); its other uses must agree."""
+        inputs = [v for v in self.dg.values() if v.definition.kind is DefKind.ALIAS and not v.definition.sources]
+        if not inputs:
+            return
         first: dict[str, Obligation] = {}
         for ob in self.dg.obligations:
             if ob.kind is ObligationKind.USE and ob.expected is not None and not ob.expected.is_float:
                 first.setdefault(ob.value, ob)
-        for v in self.dg.values():
-            d = v.definition
-            if d.kind is DefKind.ALIAS and not d.sources:
-                ob = first.get(v.name)
-                if ob is None:
-                    v.definition = Definition(DefKind.FREE, reason="integer graph input with no declared use")
-                    continue
-                v.definition = Definition(DefKind.FACT, ob.expected, real=False)
-                self.dg.notes.append(f"assumed integer input {v.name} is in {ob.expected} (declared by {ob.node})")
+        for v in inputs:
+            ob = first.get(v.name)
+            if ob is None:
+                v.definition = Definition(DefKind.FREE, reason="integer graph input with no declared use")
+                continue
+            v.definition = Definition(DefKind.FACT, ob.expected, real=False)
+            self.dg.notes.append(f"assumed integer input {v.name} is in {ob.expected} (declared by {ob.node})")
 
 
 @paused_gc()

@@ -30,19 +30,33 @@ def propagate(defs: Mapping[str, Definition]) -> dict[str, Elem]:
 
     Terminates on any graph, cyclic or not: each element only moves up a
     lattice of height 3, and a value is revisited only when a source moved.
+    In a graph listed in topological order (every FX graph) each value is
+    visited once. A fact's element is made once per (domain object, real) and
+    shared, so equal elements are mostly the same object (compared by identity first).
     """
     users: dict[str, list[str]] = {}
     for name, d in defs.items():
         for s in d.sources:
             users.setdefault(s, []).append(name)
+    facts: dict[tuple[int, bool], Elem] = {}
     env: dict[str, Elem] = {}
     work = deque(defs)
     queued = set(defs)
     while work:
         name = work.popleft()
         queued.discard(name)
-        new = join(env.get(name, BOTTOM), transfer(defs[name], env))
-        if new != env.get(name, BOTTOM):
+        d = defs[name]
+        if d.kind is DefKind.FACT:
+            assert d.domain is not None
+            key = (id(d.domain), d.real)  # the domain objects live in `defs` meanwhile
+            t = facts.get(key)
+            if t is None:
+                t = facts[key] = known(d.domain, d.real)
+        else:
+            t = transfer(d, env)
+        old = env.get(name, BOTTOM)
+        new = t if old is BOTTOM else join(old, t)  # ⊥ ⊔ t = t
+        if new is not old and (new.kind is not old.kind or new != old):
             env[name] = new
             for u in users.get(name, ()):
                 if u not in queued:

@@ -81,10 +81,16 @@ def test_constants_are_domain_free_but_not_blocking() -> None:
     assert not r.proved
 
 
+#: A and C over a narrower code range: codes in them fit A / C without being the same literal,
+#: so an obligation between the two needs z3 (it is no tautology).
+AN = Domain.quantized("int8", 0.1, 102, -100, 127)
+CN = Domain.quantized("int8", 0.05, -3, -100, 127)
+
+
 def test_regions_are_solved_separately() -> None:
     g = G()
     for i in range(20):
-        g.fact(f"p{i}", A)
+        g.fact(f"p{i}", AN)
         g.passthrough(f"v{i}", f"p{i}")
         g.use(f"v{i}", f"c{i}", A)
     r = analyze_graph(g.dg)
@@ -93,10 +99,24 @@ def test_regions_are_solved_separately() -> None:
     assert r.stats["solver_checks"] == 1  # independent regions that all hold: one call
 
 
+def test_tautologies_need_no_solver_call() -> None:
+    """A use that declares exactly the literal its producer is: no z3 call, still proved."""
+    g = G()
+    for i in range(20):
+        g.fact(f"p{i}", A)
+        g.passthrough(f"v{i}", f"p{i}")
+        g.use(f"v{i}", f"c{i}", A)
+    r = analyze_graph(g.dg)
+    assert r.proved and r.obligations["proved"] == 20
+    assert r.stats["regions"] == 20 and r.stats["solver_checks"] == 0
+    results, stats = prove(g.dg, tautologies=False)
+    assert all(x.status is Status.PROVED for x in results) and stats.solver_checks == 1
+
+
 def test_one_failing_region_among_many_is_isolated() -> None:
     g = G()
     for i in range(40):
-        g.fact(f"p{i}", A)
+        g.fact(f"p{i}", AN)
         g.passthrough(f"v{i}", f"p{i}", claim=B if i == 17 else A)
     r = analyze_graph(g.dg)
     assert r.obligations == {"proved": 39, "violated": 1, "unproven": 0}
@@ -164,8 +184,8 @@ def _random_graph(seed: int) -> G:
     return g
 
 
-def _proofs(g: G, engine: str) -> tuple[list[tuple[object, ...]], int]:
-    results, stats = prove(g.dg, engine=engine)
+def _proofs(g: G, engine: str, tautologies: bool = True) -> tuple[list[tuple[object, ...]], int]:
+    results, stats = prove(g.dg, engine=engine, tautologies=tautologies)
     sides = [[None if s is None else (s.domain, s.real) for s in (r.produced, r.expected)] for r in results]
     rows = [(r.obligation.node, r.status, r.blockers, side) for r, side in zip(results, sides, strict=True)]
     return rows, stats.solver_checks
@@ -177,6 +197,48 @@ def test_text_prover_matches_the_reference_encoding(seed: int) -> None:
     assert _proofs(g, "text") == _proofs(g, "api")
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_tautologies_change_no_verdict(seed: int) -> None:
+    """Regions of tautologies skipped or asked: the same verdicts, counterexamples and blockers."""
+    g = _random_graph(seed)
+    assert _proofs(g, "text")[0] == _proofs(g, "text", tautologies=False)[0] == _proofs(g, "api", False)[0]
+
+
+def test_every_tautology_is_proved_by_z3() -> None:
+    """`Prover.tautology` says true only of obligations z3 proves (each asked alone), and it
+    does say true of some (the shortcut is not vacuous), in every obligation kind it covers."""
+    from qflow.solvers.prove import Prover
+
+    kinds = set()
+    for seed in range(40):
+        g = _random_graph(seed)
+        p = Prover(g.dg)
+        results, _ = prove(g.dg, engine="api", tautologies=False)
+        for r in results:
+            o = r.obligation
+            if o.kind is not ObligationKind.STRUCTURAL and p.tautology(o):
+                assert r.status is Status.PROVED, (seed, o)
+                kinds.add(o.kind)
+    assert kinds == {ObligationKind.USE, ObligationKind.CLAIM, ObligationKind.SAME_AS_FIRST} | {
+        ObligationKind.NO_FOLD_CHANGE
+    }
+
+
+def test_a_float_consumer_of_codes_is_no_tautology() -> None:
+    """`lhs.real` is the formula of a float consumer: true for real numbers, false for codes."""
+    from qflow.solvers.prove import Prover
+
+    g = G()
+    g.fact("dq", A, real=True)
+    g.fact("q", A)
+    g.use("dq", "mul", FLOAT, real=True)
+    g.use("q", "add", FLOAT, real=True)
+    p = Prover(g.dg)
+    assert [p.tautology(o) for o in g.dg.obligations] == [True, False]
+    statuses = [r.status for r in prove(g.dg)[0]]
+    assert statuses == [Status.PROVED, Status.VIOLATED]
+
+
 def test_random_graphs_cover_every_verdict() -> None:
     """The comparison above is not vacuous."""
     seen = {r[1] for s in range(40) for r in _proofs(_random_graph(s), "text")[0]}
@@ -185,8 +247,8 @@ def test_random_graphs_cover_every_verdict() -> None:
 
 def test_one_batch_of_regions_is_one_z3_query() -> None:
     g = G()
-    for i in range(300):  # more regions than one batch
-        g.fact(f"p{i}", A if i % 2 else C)
+    for i in range(300):  # more regions than one batch (none of them tautologies)
+        g.fact(f"p{i}", AN if i % 2 else CN)
         g.passthrough(f"v{i}", f"p{i}", claim=B if i == 257 else (A if i % 2 else C))
     (rows, checks), (ref_rows, ref_checks) = _proofs(g, "text"), _proofs(g, "api")
     assert rows == ref_rows and checks == ref_checks
