@@ -122,7 +122,7 @@ def render(data: dict) -> str:
         "`†` the stock quantizer leaves the op in float; it was annotated int8 by the probe (input act qspec,",
         "output shared for pass-through ops / own observer otherwise), as a custom annotation would.",
         "`‡` measured in a batched program (every case an independent branch, one lowering per variant),",
-        "as `tests/contracts/test_contract_probe.py` does; unmarked cells are one program per case.",
+        "as `tests/contracts/checks.py` does; unmarked cells are one program per case.",
         "`CPU`: the op stays outside the delegate. `float`: no quantize on the op's output to move.",
         "",
         "Reading: RESCALE = zp and scale exact; ZP_ONLY = zp exact, scale miscompiles; CODE_COPY = neither.",

@@ -27,6 +27,7 @@ import copy
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -289,6 +290,17 @@ CPU = "left on CPU"
 NOT_QUANTIZED = "not quantized"
 
 
+@dataclass(frozen=True)
+class Programs:
+    """One batch's programs, for checking qflow's verdict on what was measured: the
+    Q/DQ program with the moved domains (before partitioning), the lowered program,
+    and each partition right after the backend's fold pass (Arm only)."""
+
+    qdq: torch.fx.GraphModule
+    lowered: Any = None
+    folded: tuple[Any, ...] = ()
+
+
 @dataclass
 class Measurement:
     case: str
@@ -305,6 +317,9 @@ class Measurement:
     custom_meta: dict = field(default_factory=dict)
     #: (scale, zero point) of the branch's output quantize as the quantizer chose it.
     out_qparams: tuple[float, int] | None = None
+    #: The programs this measurement ran (shared by a batch) and the case's branch in them.
+    programs: Programs | None = field(default=None, repr=False)
+    branch: int = -1
 
     def row(self) -> dict[str, object]:
         return {
@@ -346,6 +361,8 @@ class Backend:
     name: str
     #: Cases measured after a carrier add in batches: their op alone is not delegated.
     carried: frozenset[str] = frozenset()
+    #: What the last `lower_and_run_batch` lowered (None: its lowering was refused).
+    last: Programs | None = None
 
     def quantize(self, case: Case, model: torch.nn.Module, samples: list[tuple[torch.Tensor, ...]]) -> tuple:
         raise NotImplementedError
@@ -407,9 +424,11 @@ class ArmBackend(Backend):
         from qflow.integrations import arm
 
         try:
-            edge = arm.lower(gm, samples[0], spec=self.spec)
+            with arm.capture_after() as folded:
+                edge = arm.lower(gm, samples[0], spec=self.spec)
         except Exception as exc:  # noqa: BLE001 - any lowering failure is the measured outcome
             raise Refused(REFUSED_LOWERING, _short(exc)) from exc
+        self.last = Programs(gm, edge, tuple(folded))
         top = edge.exported_program().graph_module
         outs = []
         for s in samples:
@@ -486,6 +505,7 @@ class XnnpackBackend(Backend):
             program = xnnpack.to_executorch(edge)
         except Exception as exc:  # noqa: BLE001
             raise Refused(REFUSED_LOWERING, _short(exc)) from exc
+        self.last = Programs(gm, edge)
         top = edge.exported_program().graph_module
         refused = xnnpack.load_delegates(edge)
         if refused:
@@ -795,11 +815,13 @@ def measure_batch(
         )
         for c in cases
     ]
+    backend.last = None
     try:
         top, outs = backend.lower_and_run_batch(gm, samples)
     except PartlyRefused as p:
         for i, detail in p.branches.items():
             results[i].outcome, results[i].detail = REFUSED_LOAD, detail
+            results[i].programs, results[i].branch = backend.last, i
         rest = [c for i, c in enumerate(cases) if i not in p.branches]
         if rest:
             again = {m.case: m for m in measure_batch(backend, rest, variant, carried, custom)}
@@ -808,13 +830,16 @@ def measure_batch(
     except Refused as r:
         if len(cases) == 1:
             results[0].outcome, results[0].detail = r.stage, r.detail
+            results[0].programs, results[0].branch = backend.last or Programs(gm), 0
             return results
         half = len(cases) // 2
         return measure_batch(backend, cases[:half], variant, carried, custom) + measure_batch(
             backend, cases[half:], variant, carried, custom
         )
     scales = [float(n.args[1]) if isinstance(n, torch.fx.Node) and _is_dq(n) else None for n in _outputs(gm)]
+    programs = backend.last or Programs(gm)
     for i, m in enumerate(results):
+        m.programs, m.branch = programs, i
         m.custom_meta = metas[i]
         m.out_qparams = qparams[i]
         if not quantized[i] and variant != "stock":
