@@ -126,10 +126,10 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
     t0 = time.perf_counter()
     _check_acyclic(dg)
     defs = {v.name: v.definition for v in dg.values()}
-    for name, d in defs.items():
+    for value, d in defs.items():
         for s in d.sources:
             if s not in dg.g:
-                raise InputError(f"alias source {s!r} is not a value of the graph", name)
+                raise InputError(f"alias source {s!r} is not a value of the graph", value)
     t1 = time.perf_counter()
     env = propagate(defs)
     t2 = time.perf_counter()

@@ -25,6 +25,11 @@ def test_consistent_chain_is_proved() -> None:
     assert r.obligations == {"proved": 2, "violated": 0, "unproven": 0}
 
 
+def test_the_report_carries_the_name_it_was_given() -> None:
+    g = seed000_folded()
+    assert analyze_graph(g.dg, name="model.pt2").name == "model.pt2"
+
+
 def test_passthrough_claiming_a_change_is_violated_with_both_domains() -> None:
     g = seed000_folded()
     r = analyze_graph(g.dg)
