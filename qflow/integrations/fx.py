@@ -595,6 +595,13 @@ class FxAdapter:
         if not defining:  # all inputs domain-free (e.g. a view of a constant)
             self._value(node, cls, Definition(DefKind.FREE, reason="view of a constant"), claim)
             return
+        if len(defining) > 1 and not self._copies_codes(node):
+            # a target that rescales (or computes in float) each input into the output's
+            # domain: the inputs need not share one, and the output is a new real value
+            self._value(node, cls, float_fact(), claim)
+            for s in defining:
+                self._use(s, node, f"input {s.name}", FLOAT, True)
+            return
         d = Definition(
             DefKind.ALIAS,
             sources=tuple(s.name for s in defining),

@@ -21,6 +21,7 @@ TARGET = Target(
         "stack": OpRule.RESCALE,
         "slice": OpRule.RESCALE,
         "constant_pad_nd": OpRule.RESCALE,
+        "pad": OpRule.RESCALE,  # F.pad as exported (aten.pad), the probe's constant_pad_nd case
         "squeeze": OpRule.RESCALE,
         "unsqueeze": OpRule.RESCALE,
         "pixel_shuffle": OpRule.RESCALE,
