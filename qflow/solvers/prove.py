@@ -24,16 +24,28 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import z3
 
 from qflow.domain import Domain
-from qflow.graph import DefKind, DomainGraph, Obligation, ObligationKind
+from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind
 from qflow.solvers import smtlib
 from qflow.solvers.encode import Encoder, Terms
 from qflow.solvers.smtlib import TextTerms
+
+_MISSING = object()  # not in a cache (None is a cached answer)
+
+
+def _pair(d: Domain, real: bool) -> tuple[Domain, bool]:
+    return d, real
+
+
+def _leaf_fact(name: str, d: Definition) -> tuple[Domain, bool] | None:
+    return (d.domain, d.real) if d.kind is DefKind.FACT and d.domain is not None else None
+
 
 #: Regions proved together by one solver call (bisected when one fails).
 BATCH = 256
@@ -115,8 +127,24 @@ class Prover:
         is its source's terms; only free and symbolic values are unknowns. The
         definitions are functional, so this is equivalent to asserting them,
         with far fewer terms."""
-        t = self._terms.get(name)
-        if t is not None:
+        return self._resolve(name, self._terms, self._leaf_terms)
+
+    def _leaf_terms(self, name: str, d: Definition) -> Terms:
+        if d.kind is DefKind.FACT:
+            assert d.domain is not None
+            return self.enc.literal(d.domain, d.real)
+        if d.kind is DefKind.SYMBOLIC:
+            t, facts = self.enc.symbolic_terms(name, d)
+            assert d.symbolic is not None
+            self._group_facts.setdefault(d.symbolic.group, facts)
+            return t
+        return self.enc.var(name)
+
+    def _resolve(self, name: str, cache: dict[str, Any], leaf: Callable[[str, Definition], Any]) -> Any:
+        """`leaf` of the definition at the end of `name`'s alias chain, cached for
+        every value on the chain (the chain stops where a cycle would start)."""
+        t = cache.get(name, _MISSING)
+        if t is not _MISSING:
             return t
         chain = []
         while True:
@@ -124,40 +152,39 @@ class Prover:
             if d.kind is DefKind.ALIAS and d.sources and name not in chain:
                 chain.append(name)
                 name = d.sources[0]
-                if name in self._terms:
-                    t = self._terms[name]
+                t = cache.get(name, _MISSING)
+                if t is not _MISSING:
                     break
                 continue
-            if d.kind is DefKind.FACT:
-                assert d.domain is not None
-                t = self.enc.literal(d.domain, d.real)
-            elif d.kind is DefKind.SYMBOLIC:
-                t, facts = self.enc.symbolic_terms(name, d)
-                assert d.symbolic is not None
-                self._group_facts.setdefault(d.symbolic.group, facts)
-            else:
-                t = self.enc.var(name)
-            self._terms[name] = t
+            t = cache[name] = leaf(name, d)
             break
         for n in chain:
-            self._terms[n] = t
+            cache[n] = t
         return t
 
     # -- the two sides of an obligation ---------------------------------------
-    def _lhs(self, ob: Obligation) -> Terms:
+    def _lhs_of(self, ob: Obligation, literal: Callable[[Domain, bool], Any], term: Callable[[str], Any]) -> Any:
+        """The produced side of `ob`, built by `literal` and `term` (z3 terms, text, facts)."""
         v = self._values[ob.value]
         if ob.compare_claim and v.claim is not None and ob.kind is not ObligationKind.CLAIM:
-            return self.enc.literal(v.claim)
-        return self.term(ob.value)
+            return literal(v.claim, False)
+        return term(ob.value)
 
-    def _rhs(self, ob: Obligation) -> Terms:
+    def _rhs_of(self, ob: Obligation, literal: Callable[[Domain, bool], Any], term: Callable[[str], Any]) -> Any:
+        """The expected side of `ob`, built by `literal` and `term`."""
         if ob.other is not None:
             o = self._values[ob.other]
             if ob.compare_claim and o.claim is not None:
-                return self.enc.literal(o.claim)
-            return self.term(ob.other)
+                return literal(o.claim, False)
+            return term(ob.other)
         assert ob.expected is not None
-        return self.enc.literal(ob.expected, bool(ob.expected_real))
+        return literal(ob.expected, bool(ob.expected_real))
+
+    def _lhs(self, ob: Obligation) -> Terms:
+        return self._lhs_of(ob, self.enc.literal, self.term)
+
+    def _rhs(self, ob: Obligation) -> Terms:
+        return self._rhs_of(ob, self.enc.literal, self.term)
 
     def formula(self, ob: Obligation) -> z3.BoolRef:
         lhs, rhs = self._lhs(ob), self._rhs(ob)
@@ -174,43 +201,13 @@ class Prover:
     def _fact(self, name: str) -> tuple[Domain, bool] | None:
         """(domain, real) of the literal `term(name)` is, or None when it is an unknown
         (follows the defining alias chain exactly as `term` does)."""
-        hit = self._facts.get(name, False)
-        if hit is not False:
-            return hit  # type: ignore[return-value]
-        chain = []
-        out: tuple[Domain, bool] | None = None
-        while True:
-            d = self._values[name].definition
-            if d.kind is DefKind.ALIAS and d.sources and name not in chain:
-                chain.append(name)
-                name = d.sources[0]
-                hit = self._facts.get(name, False)
-                if hit is not False:
-                    out = hit  # type: ignore[assignment]
-                    break
-                continue
-            if d.kind is DefKind.FACT and d.domain is not None:
-                out = (d.domain, d.real)
-            self._facts[name] = out
-            break
-        for n in chain:
-            self._facts[n] = out
-        return out
+        return self._resolve(name, self._facts, _leaf_fact)
 
     def _lhs_fact(self, ob: Obligation) -> tuple[Domain, bool] | None:
-        v = self._values[ob.value]
-        if ob.compare_claim and v.claim is not None and ob.kind is not ObligationKind.CLAIM:
-            return v.claim, False
-        return self._fact(ob.value)
+        return self._lhs_of(ob, _pair, self._fact)
 
     def _rhs_fact(self, ob: Obligation) -> tuple[Domain, bool] | None:
-        if ob.other is not None:
-            o = self._values[ob.other]
-            if ob.compare_claim and o.claim is not None:
-                return o.claim, False
-            return self._fact(ob.other)
-        assert ob.expected is not None
-        return ob.expected, bool(ob.expected_real)
+        return self._rhs_of(ob, _pair, self._fact)
 
     def tautology(self, ob: Obligation) -> bool:
         """Does `obligation_formula` hold whatever the model, by the shape of its two sides?
@@ -437,46 +434,21 @@ class TextProver(Prover):
 
     def tterm(self, name: str) -> TextTerms:
         """`Prover.term` as text: facts inline, aliases substituted, only free and symbolic values unknown."""
-        t = self._tterms.get(name)
-        if t is not None:
-            return t
-        chain = []
-        while True:
-            d = self._values[name].definition
-            if d.kind is DefKind.ALIAS and d.sources and name not in chain:
-                chain.append(name)
-                name = d.sources[0]
-                if name in self._tterms:
-                    t = self._tterms[name]
-                    break
-                continue
-            if d.kind is DefKind.FACT:
-                assert d.domain is not None
-                t = self.text.literal(d.domain, d.real)
-            elif d.kind is DefKind.SYMBOLIC:
-                t, _ = self.text.symbolic_terms(d)
-            else:
-                t = self.text.var(name)
-            self._tterms[name] = t
-            break
-        for n in chain:
-            self._tterms[n] = t
-        return t
+        return self._resolve(name, self._tterms, self._leaf_text)
+
+    def _leaf_text(self, name: str, d: Definition) -> TextTerms:
+        if d.kind is DefKind.FACT:
+            assert d.domain is not None
+            return self.text.literal(d.domain, d.real)
+        if d.kind is DefKind.SYMBOLIC:
+            return self.text.symbolic_terms(d)[0]
+        return self.text.var(name)
 
     def _tlhs(self, ob: Obligation) -> TextTerms:
-        v = self._values[ob.value]
-        if ob.compare_claim and v.claim is not None and ob.kind is not ObligationKind.CLAIM:
-            return self.text.literal(v.claim)
-        return self.tterm(ob.value)
+        return self._lhs_of(ob, self.text.literal, self.tterm)
 
     def _trhs(self, ob: Obligation) -> TextTerms:
-        if ob.other is not None:
-            o = self._values[ob.other]
-            if ob.compare_claim and o.claim is not None:
-                return self.text.literal(o.claim)
-            return self.tterm(ob.other)
-        assert ob.expected is not None
-        return self.text.literal(ob.expected, bool(ob.expected_real))
+        return self._rhs_of(ob, self.text.literal, self.tterm)
 
     def tformula(self, ob: Obligation) -> tuple[str, tuple[str, ...]]:
         """The obligation's negation as text, and what a query asking it must also say
