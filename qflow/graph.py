@@ -152,6 +152,25 @@ class DomainGraph:
     def __len__(self) -> int:
         return self.g.number_of_nodes()
 
+    def settle_inputs(self, what: str) -> None:
+        """Each integer input (an alias with no source) takes the domain its first
+        consumer declares, recorded as an assumption; its other uses must agree.
+        One with no declared use stays free. `what` names the inputs in notes."""
+        inputs = [v for v in self.values() if v.definition.kind is DefKind.ALIAS and not v.definition.sources]
+        if not inputs:
+            return
+        first: dict[str, Obligation] = {}
+        for ob in self.obligations:
+            if ob.kind is ObligationKind.USE and ob.expected is not None and not ob.expected.is_float:
+                first.setdefault(ob.value, ob)
+        for v in inputs:
+            ob = first.get(v.name)
+            if ob is None:
+                v.definition = Definition(DefKind.FREE, reason=f"{what} with no declared use")
+                continue
+            v.definition = Definition(DefKind.FACT, ob.expected, real=False)
+            self.notes.append(f"assumed {what} {v.name} is in {ob.expected} (declared by {ob.node})")
+
     def absorb(self, sub: DomainGraph, prefix: str) -> None:
         """Add another graph's values and obligations (a delegate's partition)
         under `prefix/`, so one report covers the whole program."""

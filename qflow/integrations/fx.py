@@ -372,7 +372,7 @@ class FxAdapter:
             if node.op == "call_module" and not node.users:
                 continue  # torch.export's _guards_fn and similar
             self._add(node)
-        self._settle_inputs()
+        self.dg.settle_inputs("integer graph input")
         return self.dg
 
     def _value(self, node: fx.Node, op_class: OpClass, d: Definition, claim: Domain | None = None) -> None:
@@ -435,7 +435,7 @@ class FxAdapter:
             self._value(node, OpClass.CONSTANT, Definition(DefKind.FREE, reason="index input"))
             return
         # An integer graph input (a partition's boundary): its domain is set
-        # outside this graph; _settle_inputs adopts its first declared use.
+        # outside this graph; DomainGraph.settle_inputs adopts its first declared use.
         self._value(node, OpClass.UNKNOWN, Definition(DefKind.ALIAS, reason="integer graph input"))
 
     def _skip_use(self, producer: fx.Node) -> bool:
@@ -873,23 +873,6 @@ class FxAdapter:
         )
 
     # -- boundary inputs -------------------------------------------------------------
-    def _settle_inputs(self) -> None:
-        """An integer graph input takes the domain its first consumer declares
-        (recorded as an assumption); its other uses must agree."""
-        inputs = [v for v in self.dg.values() if v.definition.kind is DefKind.ALIAS and not v.definition.sources]
-        if not inputs:
-            return
-        first: dict[str, Obligation] = {}
-        for ob in self.dg.obligations:
-            if ob.kind is ObligationKind.USE and ob.expected is not None and not ob.expected.is_float:
-                first.setdefault(ob.value, ob)
-        for v in inputs:
-            ob = first.get(v.name)
-            if ob is None:
-                v.definition = Definition(DefKind.FREE, reason="integer graph input with no declared use")
-                continue
-            v.definition = Definition(DefKind.FACT, ob.expected, real=False)
-            self.dg.notes.append(f"assumed integer input {v.name} is in {ob.expected} (declared by {ob.node})")
 
 
 @paused_gc()

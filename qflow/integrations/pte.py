@@ -664,7 +664,7 @@ class _Builder:
             defined.update(outs)
         for pending in self.pending_tosa:
             self.tosa_artifact(*pending)
-        self.settle_inputs()
+        self.dg.settle_inputs("integer program input")
         return self.dg
 
     def kernel(self, call: Call, ins: list[int], outs: list[int]) -> None:
@@ -953,22 +953,6 @@ class _Builder:
             if out is not None and dom is not None and not dom.is_float:
                 self.dg.value(out).definition = Definition(DefKind.FACT, dom, real=False)
         self.dg.notes.append(f"{call}: TOSA artifact checked ({len(checks)} checks, anchored at the program's Q/DQ)")
-
-    def settle_inputs(self) -> None:
-        """An integer program input takes the domain its first consumer declares (an assumption, noted)."""
-        first: dict[str, Obligation] = {}
-        for ob in self.dg.obligations:
-            if ob.kind is ObligationKind.USE and ob.expected is not None and not ob.expected.is_float:
-                first.setdefault(ob.value, ob)
-        for v in self.dg.values():
-            d = v.definition
-            if d.kind is DefKind.ALIAS and not d.sources:
-                ob = first.get(v.name)
-                if ob is None:
-                    v.definition = Definition(DefKind.FREE, reason="integer program input with no declared use")
-                    continue
-                v.definition = Definition(DefKind.FACT, ob.expected, real=False)
-                self.dg.notes.append(f"assumed integer input {v.name} is in {ob.expected} (declared by {ob.node})")
 
 
 def build(prog: PteProgram | str | Path | bytes) -> DomainGraph:
