@@ -152,6 +152,21 @@ class DomainGraph:
     def __len__(self) -> int:
         return self.g.number_of_nodes()
 
+    def oblige_one_input_domain(self, node: str, sources: tuple[str, ...] | list[str]) -> None:
+        """A code copy of several inputs (cat, stack): each must be in the first one's domain."""
+        for s in sources[1:]:
+            self.oblige(
+                Obligation(
+                    kind=ObligationKind.SAME_AS_FIRST,
+                    node=node,
+                    value=s,
+                    other=sources[0],
+                    edge=(s, node),
+                    arg=f"input {s}",
+                    finding_kind="mixed-input-domains",
+                )
+            )
+
     def settle_inputs(self, what: str) -> None:
         """Each integer input (an alias with no source) takes the domain its first
         consumer declares, recorded as an assumption; its other uses must agree.

@@ -608,19 +608,7 @@ class FxAdapter:
             reason=f"{base_name(target_name(node))} copies codes",
         )
         self._value(node, cls, d, claim)
-        first = defining[0]
-        for s in defining[1:]:
-            self.dg.oblige(
-                Obligation(
-                    kind=ObligationKind.SAME_AS_FIRST,
-                    node=node.name,
-                    value=s.name,
-                    other=first.name,
-                    edge=(s.name, node.name),
-                    arg=f"input {s.name}",
-                    finding_kind="mixed-input-domains",
-                )
-            )
+        self.dg.oblige_one_input_domain(node.name, [s.name for s in defining])
         if claim is not None:  # a clamp enforces its own range; a copy does not
             self._claim(node, claim, check_range=cls is not OpClass.ACTIVATION)
 

@@ -723,18 +723,7 @@ class _Builder:
         for i in ins:
             if i in self.names:
                 self.dg.add_use(self.names[i], name, "input")
-        for s in defining[1:]:
-            self.dg.oblige(
-                Obligation(
-                    ObligationKind.SAME_AS_FIRST,
-                    name,
-                    s,
-                    other=defining[0],
-                    edge=(s, name),
-                    arg=f"input {s}",
-                    finding_kind="mixed-input-domains",
-                )
-            )
+        self.dg.oblige_one_input_domain(name, defining)
 
     def qdq_domain(self, call: Call, base: str) -> Domain:
         per_channel = base.endswith("per_channel")

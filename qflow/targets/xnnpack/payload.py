@@ -303,18 +303,7 @@ def domain_graph(g: XnnGraph) -> DomainGraph:
                 claim = v.domain if v.domain is not None and not v.domain.is_float else None
                 d = Definition(DefKind.ALIAS, sources=srcs, reason=f"XNNPACK {n.type} copies codes")
                 dg.add_value(Value(name, f"XNNPACK {n.type}", OpClass.PASSTHROUGH, d, claim=claim, dtype=v.dtype))
-                for s in srcs[1:]:
-                    dg.oblige(
-                        Obligation(
-                            ObligationKind.SAME_AS_FIRST,
-                            name,
-                            s,
-                            other=srcs[0],
-                            edge=(s, name),
-                            arg=f"input {s}",
-                            finding_kind="mixed-input-domains",
-                        )
-                    )
+                dg.oblige_one_input_domain(name, srcs)
                 if claim is not None:
                     dg.oblige(
                         Obligation(
