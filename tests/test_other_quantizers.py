@@ -13,17 +13,8 @@ import torch
 from torch import nn
 
 import qflow
+from qflow.examples.models import MLP
 from qflow.integrations.arm import export_module
-
-
-class MLP(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = nn.Linear(8, 16)
-        self.b = nn.Linear(16, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.b(torch.relu(self.a(x)))
 
 
 class ConvNet(nn.Module):

@@ -26,6 +26,7 @@ from torch import nn
 
 import qflow
 from qflow.cli import bundled_examples, main
+from qflow.examples.models import MLP
 from qflow.integrations import pt2
 from qflow.integrations.load import read_program
 
@@ -40,16 +41,6 @@ class ConvNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(torch.relu(self.conv(x)).flatten(1))
-
-
-class MLP(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = nn.Linear(8, 16)
-        self.b = nn.Linear(16, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.b(torch.relu(self.a(x)))
 
 
 class ArgKinds(nn.Module):
