@@ -73,11 +73,13 @@ def _describe(dg: DomainGraph, r: Result) -> tuple[str, str]:
         )
     if ob.kind is ObligationKind.NO_FOLD_CHANGE:
         q = ob.arg
-        return ob.finding_kind, (
-            f"the quantize {q} after {ob.node} ({v.target}, a pass-through op) is a real requant: "
-            f"{prod} → {exp}. It must not be folded into {ob.node}; a fold pass that does "
+        carried = "" if ob.value == ob.node else f" (the codes are still those of {ob.value}'s input)"
+        text = (
+            f"the quantize {q} after {ob.node} ({dg.value(ob.node).target}, a pass-through op) is a real "
+            f"requant{carried}: {prod} → {exp}. It must not be folded into {ob.node}; a fold pass that does "
             "(ExecuTorch Arm FoldAndAnnotateQParamsPass ≤ 1.5.1) miscompiles it."
         )
+        return ob.finding_kind, f"{text} {ob.detail}" if ob.detail else text
     if ob.kind is ObligationKind.SAME_AS_FIRST and dg.form == "annotated":
         return ob.finding_kind, (
             f"before calibration, the input edge {ob.value} of {ob.node} (a pass-through op) and its output "

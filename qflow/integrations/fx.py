@@ -33,7 +33,7 @@ from qflow.graph import (
     Value,
     float_fact,
 )
-from qflow.integrations import activations, delegate
+from qflow.integrations import activations, copy_chains, delegate
 from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify
 from qflow.targets import OpRule, Target
 from qflow.targets import get as get_target
@@ -284,6 +284,8 @@ class FxAdapter:
         self._marking = [t.lowers_only_marked for t in self._members if t.lowers_only_marked is not None]
         self._sandwich = any(t.float_unless_qdq for t in self._members)
         self._rule_cache: dict[tuple[str, tuple[bool, ...]], tuple[dict[str, OpRule], OpRule | None]] = {}
+        #: quantizes whose requant a code copy drops and later copies carry (copy_chains)
+        self._carried: dict[str, copy_chains.Carry] = {}
 
     # -- classification ---------------------------------------------------------
     def _op_class(self, node: fx.Node) -> OpClass:
@@ -501,12 +503,16 @@ class FxAdapter:
         # A clamp then a requant is a legal lowering on a target that rescales
         # across activations; on one that copies codes (Arm) the requant is lost.
         if (xv.op_class is OpClass.UNKNOWN or copies) and xv.definition != _FLOAT_FACT:
+            source, why = self._carried_fold(node, x, d) if copies else (x.name, "")
+            if source is None:
+                return
             self.dg.oblige(
                 Obligation(
                     kind=ObligationKind.NO_FOLD_CHANGE,
                     node=x.name,
-                    value=x.name,
+                    value=source,
                     expected=d,
+                    detail=why,
                     edge=(x.name, node.name),
                     arg=node.name,
                     allow_float=True,
@@ -520,6 +526,55 @@ class FxAdapter:
             )
         elif rule is OpRule.ZP_ONLY:
             self._zp_only(x, self._input_domain(x), d, node.name)
+
+    def _single_copy(self, node: fx.Node) -> bool:
+        """Does the target lower `node` as a copy of its one tensor input's codes?"""
+        return (
+            node.op == "call_function"
+            and self._op_class(node) is not OpClass.UNKNOWN
+            and base_name(target_name(node)) not in MULTI_INPUT_IDENTITY
+            and self._copies_codes(node)
+        )
+
+    def _carried_fold(self, q: fx.Node, x: fx.Node, d: Domain) -> tuple[str | None, str]:
+        """The fold of quantize `q` into code copy `x` drops a requant into `d`.
+
+        Returns (the value whose domain the codes after `q` are really in, why
+        the drop is not carried), or (None, "") when the drop is carried
+        (`copy_chains`): then a structural obligation records it, and the
+        quantizes below compare against the domain the codes really have."""
+        if self.target.members or not self._single_copy(x):
+            return x.name, ""
+        up = copy_chains.upstream_quantize(x)
+        upstream = self._carried.get(up.name) if up is not None else None
+        source = upstream.source if upstream else x.name
+        actual = upstream.actual if upstream else self._input_domain(x)
+        if actual is None or actual == d:
+            return source, ""
+        why, rounding, reached = copy_chains.why_not_carried(q, x, actual, d, upstream, self._single_copy)
+        if why is not None:
+            return source, f"It is not cancelled further down: {why}."
+        self._carried[q.name] = copy_chains.Carry(source, actual, rounding)
+        op = base_name(target_name(x))
+        self.dg.oblige(
+            Obligation(
+                kind=ObligationKind.STRUCTURAL,
+                node=x.name,
+                value=x.name,
+                expected=d,
+                edge=(x.name, q.name),
+                finding_kind="requant-carried",
+                holds=True,
+                inform=True,
+                detail=(
+                    f"{self.target.name} folds the quantize {q.name} into {x.name} ({op}, a code copy) and drops "
+                    f"its requant {actual} → {d}: the codes stay in {actual}. Nothing reads them as {d}: they "
+                    f"reach {', '.join(reached)} through code copies, checked there against {actual}. {d} "
+                    "clips no value the chain keeps and its rounding moves no code."
+                ),
+            )
+        )
+        return None, ""
 
     def _breaking(self, node: fx.Node, rule: OpRule) -> tuple[str, ...]:
         """The member targets of a combined (generic) target whose rule for

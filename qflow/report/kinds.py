@@ -55,6 +55,17 @@ KINDS: dict[str, Kind] = {
             "or let the activation's output share its input's domain.",
         ),
         Kind(
+            "requant-carried",
+            "info",
+            "a requant the target drops is cancelled by a later one",
+            "The quantize after a code copy changes the domain A → B and the target drops it (the codes "
+            "stay in A), but nothing reads the codes as B: they pass through more code copies into a "
+            "quantize back into A. The reference rounds and clips to B on the way; qflow proves that "
+            "B clips no value the chain keeps, that its rounding moves no code of A, and that an "
+            "activation's bounds, quantized in its output domain, are the right codes in A.",
+            "Nothing to fix. To make the program plain, give the intermediate quantize the domain A.",
+        ),
+        Kind(
             "dropped-scale",
             "error",
             "the target applies only the zero points across this op",
