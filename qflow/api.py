@@ -14,8 +14,12 @@ from qflow.solvers.repair import Plan, plan_repair
 from qflow.targets import Target
 
 
-def domain_graph(obj: Any, form: str | None = None, target: str | Target | None = None) -> DomainGraph:
-    """The domain graph qflow builds for `obj` (see `analyze` for what it accepts)."""
+def domain_graph(
+    obj: Any, form: str | None = None, target: str | Target | None = None, carry: bool = True
+) -> DomainGraph:
+    """The domain graph qflow builds for `obj` (see `analyze` for what it accepts).
+    `carry=False`: every requant a code copy drops is an obligation of its own
+    (the graph repairs are planned on; see `integrations.copy_chains`)."""
     if isinstance(obj, DomainGraph):
         return obj
     t = targets.get(target)  # an unknown name fails before any torch import
@@ -34,7 +38,7 @@ def domain_graph(obj: Any, form: str | None = None, target: str | Target | None 
     gm, ep = graph_module_of(obj)
     if form == "annotated" or (form is None and annotated.is_annotated(gm) and not _has_qdq(gm)):
         return annotated.build(gm, t)
-    return build(gm, ep, form, t)
+    return build(gm, ep, form, t, carry)
 
 
 def _has_qdq(gm: Any) -> bool:
@@ -62,7 +66,8 @@ def analyze(obj: Any, form: str | None = None, name: str = "", target: str | Tar
 def plan(obj: Any, form: str | None = None, objective: str = "count", target: str | Target | None = None) -> Plan:
     """The minimal requant plan for `obj` (nothing is modified)."""
     t = targets.get(target)
-    return plan_repair(domain_graph(obj, form, t), objective, int16_zero_point_zero=t.int16_zero_point_zero)
+    dg = domain_graph(obj, form, t, carry=False)  # (as repair_with_plan)
+    return plan_repair(dg, objective, int16_zero_point_zero=t.int16_zero_point_zero)
 
 
 def repair(obj: Any, form: str | None = None, objective: str = "count", target: str | Target | None = None) -> Any:
@@ -98,8 +103,10 @@ def repair_with_plan(
     if isinstance(obj, (str, Path)):
         obj = load_program(obj)
     t = targets.get(target)
-    dg = domain_graph(obj, form, t)
-    before = analyze_graph(dg, name=name)
+    before = analyze_graph(domain_graph(obj, form, t), name=name)
+    # planned with every dropped requant on its own: a chain the repair leaves carried could
+    # otherwise carry codes into a requant it inserts
+    dg = domain_graph(obj, form, t, carry=False)
     p = plan_repair(dg, objective, int16_zero_point_zero=t.int16_zero_point_zero)
     # an activation's own domain must keep the numbers (else the finding stays)
     p.activation_domains = {

@@ -107,6 +107,40 @@ def test_the_stock_neg_case_is_flagged_and_miscomputes(neg_case) -> None:
     assert (out - converted(*x)).abs().max() > 0.1  # what the finding predicts, measured
 
 
+@pytest.fixture(scope="module")
+def a8w4() -> dict[str, tuple]:
+    """Int4 weights (the Arm suite's a8w4 tests): TOSA-1.0+INT+int4 packs them two per byte."""
+    from executorch.backends.arm.quantizer.arm_quantizer import get_symmetric_a8w4_quantization_config
+
+    torch.manual_seed(4)
+    spec, out = "TOSA-1.0+INT+int4", {}
+    for name, model, x in (
+        ("linear", nn.Linear(10, 15), (torch.randn(1, 10),)),
+        ("conv", nn.Conv2d(3, 5, 3), (torch.randn(1, 3, 8, 8),)),
+    ):
+        config = get_symmetric_a8w4_quantization_config(is_per_channel=True)
+        converted = arm.quantize(model.eval(), x, spec=spec, config=config)
+        out[name] = (converted, arm.lower(converted, x, spec=spec), x)
+    return out
+
+
+@pytest.mark.parametrize("name", ["linear", "conv"])
+def test_int4_weights_are_read_and_the_artifact_proves(a8w4, name) -> None:
+    converted, lowered, x = a8w4[name]
+    [out] = arm.run_tosa_reference(lowered, x)
+    assert (out - converted(*x)).abs().max() == 0  # exact on the TOSA reference model
+    assert qflow.analyze(lowered).proved  # unproven before INT4 constants were decoded
+    assert ta.analyze_artifact(lowered).proved
+    prog = ta.read(lowered.exported_program().graph_module.lowered_module_0.processed_bytes)
+    [conv] = [op for op in prog.ops if op.op == "CONV2D"]
+    w = prog.tensors[conv.inputs[1]]
+    assert w.dtype == "INT4"
+    dq = next(n for n in converted.graph.nodes if "dequantize_per_channel" in str(n.target))
+    codes = getattr(converted, dq.args[0].target)  # the int8-held weight codes in [-7, 7]
+    flat = codes.permute(0, 2, 3, 1) if codes.dim() == 4 else codes  # TOSA weights are OHWI
+    assert np.array_equal(w.data, flat.reshape(-1).numpy())
+
+
 # --------------------------------------------------------------------------
 # Mutation test: one edit at a time in clean flatbuffers, run on the TOSA
 # reference model; every mutant that changes the output must be flagged.
@@ -215,20 +249,22 @@ def _run(lowered, inputs) -> torch.Tensor | None:
         return None
 
 
-def _mutation_models(built):
+def _mutation_models(built, a8w4):
     torch.manual_seed(9)
     x = (torch.randn(1, 3, 8, 8),)
     extra = arm.lower(arm.quantize(PadConvPool().eval(), x), x)
     yield "pad_conv_pool", extra, x
+    for name, (_, lowered, inputs) in a8w4.items():
+        yield f"a8w4_{name}", lowered, inputs
     for name in ("seed000_control", "conv_bn_relu6_residual", "conv_cat_skip", "attention", "mixed_a16w8"):
         b = built(name)
         yield name, b.lowered, b.inputs
 
 
-def test_every_output_changing_mutant_is_detected(built, capsys) -> None:
+def test_every_output_changing_mutant_is_detected(built, a8w4, capsys) -> None:
     score = {"mutants": 0, "output changed": 0, "detected": 0, "rejected by the reference model": 0, "equivalent": 0}
     missed, equivalent_flagged = [], 0
-    for name, lowered, inputs in _mutation_models(built):
+    for name, lowered, inputs in _mutation_models(built, a8w4):
         program = copy.deepcopy(lowered)
         gm = program.exported_program().graph_module
         lms = [m for n, m in gm.named_children() if n.startswith("lowered_module")]

@@ -10,13 +10,15 @@ declares is exact — the pair cancels (campaign case 00061: a slice requantizes
 A → B, the relu after it B → A).
 
 A dropped requant is *carried* when, besides nobody reading B:
-- A and B are per-tensor and of one dtype (a copy cannot change the dtype);
+- A and B are per-tensor (of any integer dtype: Arm keeps the codes in A's);
 - B's range holds every value that survives the clamps downstream (the
   reference clips to B, the target does not);
 - B's rounding cannot move a code of A: the grid of A lies in B's, or the half
   steps of all carried grids on the chain stay under half a step of A;
 - an activation copies codes with bounds quantized in its *output* domain
   (Arm's QuantizeClampArgumentsPass): those codes must be the bounds in A.
+  Consecutive activations are one clamp (FuseConsecutiveClampsPass): their
+  composed bounds are quantized in the last one's output domain.
 The read at the end of the chain is an ordinary fold check against A.
 """
 
@@ -41,7 +43,10 @@ class Carry:
 
     source: str  # the code copy at the chain's start, whose input codes are in `actual`
     actual: Domain
-    rounding: float  # the sum of the half steps of the carried grids on the chain (real units)
+    lo: float  # the real values the codes can hold (the clamps upstream cut A's range)
+    hi: float
+    rounding: float  # the sum of the half steps of the skipped grids (real units)
+    coarsest: float  # the step of the coarsest grid skipped
 
 
 def _is(node: fx.Node, name: str) -> bool:
@@ -67,27 +72,105 @@ def upstream_quantize(x: fx.Node) -> fx.Node | None:
     return None
 
 
+def _sole_user(node: fx.Node) -> fx.Node | None:
+    return next(iter(node.users)) if len(node.users) == 1 else None
+
+
+def fuses_into_next_clamp(x: fx.Node) -> bool:
+    """Arm's FuseConsecutiveClampsPass: an activation whose quantize → dequantize
+    feed only another activation becomes one clamp with the second's output
+    qparams; the requant between them is dropped and its bounds are quantized
+    in the second's output domain."""
+    if activations.bounds(x) is None:
+        return False
+    q = _sole_user(x)
+    dq = _sole_user(q) if q is not None and is_quantize(q) else None
+    nxt = _sole_user(dq) if dq is not None and is_dequantize(dq) else None
+    return nxt is not None and activations.bounds(nxt) is not None and nxt.args[0] is dq
+
+
+def fused_bounds(x: fx.Node) -> tuple[float | None, float | None] | None:
+    """The bounds of activation `x` composed with those of the activations fused into it."""
+    b = activations.bounds(x)
+    if b is None:
+        return None
+    lo, hi = b
+    dq = x.args[0]
+    q = dq.args[0] if isinstance(dq, fx.Node) and is_dequantize(dq) else None
+    prev = q.args[0] if isinstance(q, fx.Node) and is_quantize(q) else None
+    if isinstance(prev, fx.Node) and fuses_into_next_clamp(prev):
+        plo, phi = fused_bounds(prev)  # type: ignore[misc]
+        lo = plo if lo is None else lo if plo is None else max(lo, plo)
+        hi = phi if hi is None else hi if phi is None else min(hi, phi)
+    return lo, hi
+
+
+def _clamp_of(w: fx.Node, lo: float, hi: float) -> tuple[float, float]:
+    b = activations.bounds(w) or (None, None)
+    return (lo if b[0] is None else max(lo, b[0])), (hi if b[1] is None else min(hi, b[1]))
+
+
+def _copy_step(dq: fx.Node, copies: CopiesCodes) -> list[tuple[fx.Node, list[fx.Node]]] | None:
+    """The ``DQ → code copy → Q`` steps below a dequantize, or None if a user reads its codes."""
+    out = []
+    for w in dq.users:
+        if not copies(w) or not w.users or not all(is_quantize(u) for u in w.users):
+            return None
+        out.append((w, list(w.users)))
+    return out
+
+
 def readers_and_clamps(q: fx.Node, copies: CopiesCodes) -> tuple[list[str], float, float] | None:
     """Follow quantize `q` through ``DQ → code copy → Q`` steps.
 
-    Returns (the quantizes reached, the lowest lower bound and the highest
-    upper bound of the clamps on the way), or None if anything else reads the
-    codes: a consumer of a dequantize that is no code copy into quantizes, a
-    graph output, any other user.
+    Returns (the quantizes one step down, and the loosest interval the clamps
+    on any path keep, down to where the path's codes are read), or None if
+    anything but such a step reads `q`'s codes: a consumer of a dequantize
+    that is no code copy into quantizes, a graph output, any other user.
     """
     reached: list[str] = []
     lo, hi = math.inf, -math.inf
-    for dq in q.users:
-        if not is_dequantize(dq):
-            return None
-        for w in dq.users:
-            if not copies(w) or not w.users or not all(is_quantize(u) for u in w.users):
+    todo: list[tuple[fx.Node, float, float, bool]] = [(q, -math.inf, math.inf, True)]
+    while todo:
+        node, plo, phi, first = todo.pop()
+        steps: list[tuple[fx.Node, list[fx.Node]]] | None = []
+        if not node.users or not all(is_dequantize(u) for u in node.users):
+            steps = None
+        else:
+            for dq in node.users:
+                step = _copy_step(dq, copies)
+                if step is None:
+                    steps = None
+                    break
+                steps.extend(step)  # type: ignore[union-attr]
+        if steps is None or not steps:  # the codes are read here: the path ends
+            if first:
                 return None
-            b = activations.bounds(w) or (None, None)
-            lo = min(lo, -math.inf if b[0] is None else b[0])
-            hi = max(hi, math.inf if b[1] is None else b[1])
-            reached.extend(u.name for u in w.users)
-    return (reached, lo, hi) if reached else None
+            lo, hi = min(lo, plo), max(hi, phi)
+            continue
+        for w, qs in steps:
+            wlo, whi = _clamp_of(w, plo, phi)
+            if first:
+                reached.extend(u.name for u in qs)
+            todo.extend((u, wlo, whi, False) for u in qs)
+    return reached, lo, hi
+
+
+def value_range(x: fx.Node, actual: Domain, upstream: Carry | None, sources: list[fx.Node]) -> tuple[float, float]:
+    """The real values copy `x` passes on: A's range, cut by the clamps before it and its own."""
+    if upstream is not None:
+        lo, hi = upstream.lo, upstream.hi
+    else:
+        lo, hi = math.inf, -math.inf
+        a_lo, a_hi = real_range(actual)
+        for dq in sources:  # Q(activation(...)) → DQ → x: the activation's bounds hold
+            q = dq.args[0] if is_dequantize(dq) else None
+            prev = q.args[0] if isinstance(q, fx.Node) and is_quantize(q) else None
+            b = fused_bounds(prev) if isinstance(prev, fx.Node) else None
+            s_lo = a_lo if b is None or b[0] is None else max(a_lo, b[0])
+            s_hi = a_hi if b is None or b[1] is None else min(a_hi, b[1])
+            lo, hi = min(lo, s_lo), max(hi, s_hi)
+    return _clamp_of(x, lo, hi)
 
 
 def real_range(d: Domain) -> tuple[float, float]:
@@ -102,7 +185,9 @@ def _grid_inside(a: Domain, b: Domain) -> bool:
 
 def _bound_codes_agree(x: fx.Node, actual: Domain, declared: Domain) -> str | None:
     """An activation's bounds quantized in `declared`, applied to codes in `actual`: a reason if wrong."""
-    b = activations.bounds(x)
+    if fuses_into_next_clamp(x):
+        return None  # its bounds are quantized with the next activation's (checked there)
+    b = fused_bounds(x)
     if b is None:
         return None
     for v, side in ((b[0], "lower"), (b[1], "upper")):
@@ -117,32 +202,38 @@ def _bound_codes_agree(x: fx.Node, actual: Domain, declared: Domain) -> str | No
     return None
 
 
-def why_not_carried(
-    q: fx.Node, x: fx.Node, actual: Domain, declared: Domain, upstream: Carry | None, copies: CopiesCodes
-) -> tuple[str | None, float, list[str]]:
-    """(None if the requant `actual` → `declared` dropped at quantize `q` after
-    copy `x` is exact because it is carried, else the reason; the chain's
-    rounding so far; the quantizes that take the codes on)."""
+def carry(
+    q: fx.Node,
+    x: fx.Node,
+    actual: Domain,
+    declared: Domain,
+    upstream: Carry | None,
+    sources: list[fx.Node],
+    copies: CopiesCodes,
+) -> tuple[Carry | None, str, list[str]]:
+    """Is the requant `actual` → `declared` that the fold of quantize `q` into
+    copy `x` drops cancelled further down? (the Carry, or None and why not;
+    the quantizes that take the codes on)"""
     if actual.per_channel or declared.per_channel or actual.is_float or declared.is_float:
-        return "a per-channel or float domain", 0.0, []
-    if actual.dtype != declared.dtype:
-        return f"a copy cannot turn {actual.dtype} codes into {declared.dtype}", 0.0, []
+        return None, "a per-channel or float domain", []
     walk = readers_and_clamps(q, copies)
     if walk is None:
-        return f"the codes are read as {declared}", 0.0, []
-    reached, lo, hi = walk
+        return None, f"the codes are read as {declared}", []
+    reached, down_lo, down_hi = walk
     if (why := _bound_codes_agree(x, actual, declared)) is not None:
-        return f"{x.name} clamps the codes in {actual}, but {why}", 0.0, reached
-    own = activations.bounds(x) or (None, None)
-    a_lo, a_hi = real_range(actual)
-    lo = max(a_lo, lo, -math.inf if own[0] is None else own[0])
-    hi = min(a_hi, hi, math.inf if own[1] is None else own[1])
+        return None, f"{x.name} clamps the codes in {actual}, but {why}", reached
+    lo, hi = value_range(x, actual, upstream, sources)
+    keep_lo, keep_hi = max(lo, down_lo), min(hi, down_hi)
     b_lo, b_hi = real_range(declared)
-    if b_lo > lo or b_hi < hi:
-        return f"{declared} clips values in [{lo:.6g}, {hi:.6g}] that the chain keeps", 0.0, reached
-    rounding = (upstream.rounding if upstream else 0.0) + (
-        0.0 if _grid_inside(actual, declared) else declared.scale / 2  # type: ignore[operator]
-    )
-    if rounding >= actual.scale / 2:  # type: ignore[operator]
-        return f"rounding to {declared} can move a code of {actual}", rounding, reached
-    return None, rounding, reached
+    if keep_lo <= keep_hi and (b_lo > keep_lo or b_hi < keep_hi):
+        return None, f"{declared} clips values in [{keep_lo:.6g}, {keep_hi:.6g}] that the chain keeps", reached
+    inside = _grid_inside(actual, declared)
+    rounding = (upstream.rounding if upstream else 0.0) + (0.0 if inside else declared.scale / 2)  # type: ignore[operator]
+    coarsest = max(upstream.coarsest if upstream else 0.0, 0.0 if inside else declared.scale)  # type: ignore[type-var]
+    # Skipping roundings moves a value by at most their half steps: no code of A when under half its
+    # step, else within one step of the coarsest grid skipped (Arm's FuseConsecutiveClampsPass and
+    # FuseConsecutiveRescalesPass accept the same; the soundness campaign's exact band)
+    if rounding >= actual.scale / 2 and rounding > coarsest:  # type: ignore[operator]
+        return None, f"skipping the roundings to {declared} and before moves values by up to {rounding:.4g}", reached
+    source = upstream.source if upstream else x.name
+    return Carry(source, actual, lo, hi, rounding, coarsest), "", reached

@@ -50,7 +50,7 @@ class QflowPass(PassBase):
             return PassResult(graph_module, False)
         if self.mode == "check":
             raise ProofError(report)
-        plan = plan_repair(domain_graph(graph_module, target=self.target), self.objective)
+        plan = plan_repair(domain_graph(graph_module, target=self.target, carry=False), self.objective)
         apply_plan(graph_module, plan)
         after = analyze(graph_module, target=self.target)
         self.reports.append(after)

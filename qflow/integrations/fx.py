@@ -269,7 +269,9 @@ def _label(i: int, j: int | None) -> str:
 
 
 class FxAdapter:
-    def __init__(self, gm: fx.GraphModule, ep: Any | None, form: str, target: Target | None = None) -> None:
+    def __init__(
+        self, gm: fx.GraphModule, ep: Any | None, form: str, target: Target | None = None, carry: bool = True
+    ) -> None:
         if form not in FORMS:
             raise InputError(f"unknown form {form!r}; expected one of {FORMS}")
         self.gm, self.ep, self.form = gm, ep, form
@@ -286,6 +288,7 @@ class FxAdapter:
         self._rule_cache: dict[tuple[str, tuple[bool, ...]], tuple[dict[str, OpRule], OpRule | None]] = {}
         #: quantizes whose requant a code copy drops and later copies carry (copy_chains)
         self._carried: dict[str, copy_chains.Carry] = {}
+        self._carry = carry
 
     # -- classification ---------------------------------------------------------
     def _op_class(self, node: fx.Node) -> OpClass:
@@ -543,18 +546,27 @@ class FxAdapter:
         the drop is not carried), or (None, "") when the drop is carried
         (`copy_chains`): then a structural obligation records it, and the
         quantizes below compare against the domain the codes really have."""
-        if self.target.members or not self._single_copy(x):
+        if self.target.members or not self._carry:
             return x.name, ""
-        up = copy_chains.upstream_quantize(x)
-        upstream = self._carried.get(up.name) if up is not None else None
+        sources = self._identity_sources(x)
+        if self._single_copy(x):
+            up = copy_chains.upstream_quantize(x)
+            upstream = self._carried.get(up.name) if up is not None else None
+            actual = upstream.actual if upstream else self._input_domain(x)
+        elif base_name(target_name(x)) in MULTI_INPUT_IDENTITY and self._copies_codes(x):
+            # a cat/stack of inputs in one domain starts a chain (it is read nowhere else)
+            upstream = None
+            doms = {self._fact_domain(s) for s in sources}
+            actual = doms.pop() if len(doms) == 1 else None
+        else:
+            return x.name, ""
         source = upstream.source if upstream else x.name
-        actual = upstream.actual if upstream else self._input_domain(x)
         if actual is None or actual == d:
             return source, ""
-        why, rounding, reached = copy_chains.why_not_carried(q, x, actual, d, upstream, self._single_copy)
-        if why is not None:
+        carried, why, reached = copy_chains.carry(q, x, actual, d, upstream, sources, self._single_copy)
+        if carried is None:
             return source, f"It is not cancelled further down: {why}."
-        self._carried[q.name] = copy_chains.Carry(source, actual, rounding)
+        self._carried[q.name] = carried
         op = base_name(target_name(x))
         self.dg.oblige(
             Obligation(
@@ -570,7 +582,8 @@ class FxAdapter:
                     f"{self.target.name} folds the quantize {q.name} into {x.name} ({op}, a code copy) and drops "
                     f"its requant {actual} → {d}: the codes stay in {actual}. Nothing reads them as {d}: they "
                     f"reach {', '.join(reached)} through code copies, checked there against {actual}. {d} "
-                    "clips no value the chain keeps and its rounding moves no code."
+                    "clips no value the chain keeps, and skipping its rounding moves no value by more than "
+                    "half a step of the codes' grid or one step of the coarsest grid skipped."
                 ),
             )
         )
@@ -586,7 +599,11 @@ class FxAdapter:
     def _input_domain(self, node: fx.Node) -> Domain | None:
         """The integer grid `node`'s first tensor input is on (a DQ's domain), if known."""
         a = node.args[0] if node.args else None
-        if not isinstance(a, fx.Node) or a.name not in self.dg.g:
+        return self._fact_domain(a) if isinstance(a, fx.Node) else None
+
+    def _fact_domain(self, a: fx.Node) -> Domain | None:
+        """The integer grid value `a` is on, if it is a fact (a Q or DQ)."""
+        if a.name not in self.dg.g:
             return None
         d = self.dg.value(a.name).definition
         if d.kind is DefKind.FACT and d.domain is not None and not d.domain.is_float:
@@ -920,8 +937,15 @@ class FxAdapter:
 
 @paused_gc()
 def build(
-    gm: fx.GraphModule, ep: Any | None = None, form: str | None = None, target: Target | str | None = None
+    gm: fx.GraphModule,
+    ep: Any | None = None,
+    form: str | None = None,
+    target: Target | str | None = None,
+    carry: bool = True,
 ) -> DomainGraph:
     """The domain graph of an FX graph module (optionally with its ExportedProgram),
-    read by `target`'s contract (None: the generic target)."""
-    return FxAdapter(gm, ep, form or detect_form(gm), get_target(target)).build()
+    read by `target`'s contract (None: the generic target). `carry=False`
+    obliges every requant a code copy drops on its own (`copy_chains`): the
+    graph a repair is planned on, so that no requant it inserts is read
+    through a chain it leaves in place."""
+    return FxAdapter(gm, ep, form or detect_form(gm), get_target(target), carry).build()

@@ -100,7 +100,11 @@ def _names(enum_cls: type) -> dict[int, str]:
     return {v: k for k, v in vars(enum_cls).items() if not k.startswith("_") and isinstance(v, int)}
 
 
-def _decode(raw: np.ndarray | int, dtype: str) -> np.ndarray | None:
+def _decode(raw: np.ndarray | int, dtype: str, shape: tuple[int, ...]) -> np.ndarray | None:
+    if isinstance(raw, np.ndarray) and dtype == "INT4":  # two per byte, the first in the low nibble
+        b = np.frombuffer(raw.tobytes(), dtype=np.uint8)
+        nibbles = np.stack([b & 0xF, b >> 4], axis=1).reshape(-1).astype(np.int64)
+        return np.where(nibbles > 7, nibbles - 16, nibbles)[: int(np.prod(shape, dtype=np.int64))]
     if isinstance(raw, np.ndarray) and dtype == "INT48":  # 6-byte little-endian integers
         b = raw.tobytes()
         return np.array([int.from_bytes(b[i : i + 6], "little", signed=True) for i in range(0, len(b), 6)])
@@ -169,7 +173,7 @@ def read(buf: bytes) -> TosaProgram:
         raw = t.DataAsNumpy()
         pos = t._tab.Vector(t._tab.Offset(10)) if t.DataLength() else None
         shape = tuple(int(s) for s in t.ShapeAsNumpy()) if t.ShapeLength() else ()
-        tensors[t.Name().decode()] = TosaTensor(t.Name().decode(), dtype, shape, _decode(raw, dtype), pos)
+        tensors[t.Name().decode()] = TosaTensor(t.Name().decode(), dtype, shape, _decode(raw, dtype, shape), pos)
     for i in range(blk.ShapesLength()):
         s = blk.Shapes(i)
         raw = s.DataAsNumpy()
