@@ -64,12 +64,36 @@ def is_dequantize(node: fx.Node) -> bool:
     return _is(node, "dequantize_per_tensor")
 
 
-def upstream_quantize(x: fx.Node) -> fx.Node | None:
-    """The quantize whose codes copy `x` reads (``Q → DQ → x``), if that is its input."""
-    dq = x.args[0] if x.args else None
-    if isinstance(dq, fx.Node) and is_dequantize(dq) and isinstance(dq.args[0], fx.Node) and is_quantize(dq.args[0]):
-        return dq.args[0]
+def _pure(node: fx.Node, copies: CopiesCodes) -> bool:
+    """A code copy that clamps nothing (a view, a slice): it may sit between a DQ and the copy a Q follows."""
+    return copies(node) and activations.bounds(node) is None
+
+
+def upstream_quantize(x: fx.Node, copies: CopiesCodes) -> fx.Node | None:
+    """The quantize whose codes copy `x` reads (``Q → DQ → pure copies → x``), if any."""
+    node = x.args[0] if x.args else None
+    while isinstance(node, fx.Node) and _pure(node, copies) and node.args and isinstance(node.args[0], fx.Node):
+        node = node.args[0]
+    if isinstance(node, fx.Node) and is_dequantize(node) and isinstance(node.args[0], fx.Node):
+        return node.args[0] if is_quantize(node.args[0]) else None
     return None
+
+
+def dequant_leaves(
+    x: fx.Node, sources: Callable[[fx.Node], list[fx.Node]], copies: CopiesCodes
+) -> list[fx.Node] | None:
+    """The dequantizes whose codes `x` copies (through pure copies, cat and stack), or None if it copies others."""
+    out: list[fx.Node] = []
+    todo = list(sources(x))
+    while todo:
+        n = todo.pop()
+        if is_dequantize(n):
+            out.append(n)
+        elif _pure(n, copies):
+            todo.extend(sources(n))
+        else:
+            return None
+    return out or None
 
 
 def _sole_user(node: fx.Node) -> fx.Node | None:
@@ -111,12 +135,20 @@ def _clamp_of(w: fx.Node, lo: float, hi: float) -> tuple[float, float]:
 
 
 def _copy_step(dq: fx.Node, copies: CopiesCodes) -> list[tuple[fx.Node, list[fx.Node]]] | None:
-    """The ``DQ → code copy → Q`` steps below a dequantize, or None if a user reads its codes."""
+    """The ``DQ → pure copies → code copy → Q`` steps below a dequantize (as
+    (the copy the quantizes follow, the quantizes)), or None if a user reads its codes."""
     out = []
-    for w in dq.users:
-        if not copies(w) or not w.users or not all(is_quantize(u) for u in w.users):
+    todo = list(dq.users)
+    while todo:
+        w = todo.pop()
+        if not copies(w) or not w.users:
             return None
-        out.append((w, list(w.users)))
+        if all(is_quantize(u) for u in w.users):
+            out.append((w, list(w.users)))
+        elif _pure(w, copies) and not any(is_quantize(u) for u in w.users):
+            todo.extend(w.users)
+        else:  # a clamp with no quantize after it, or a copy read both ways
+            return None
     return out
 
 

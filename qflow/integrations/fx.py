@@ -289,20 +289,32 @@ class FxAdapter:
         #: quantizes whose requant a code copy drops and later copies carry (copy_chains)
         self._carried: dict[str, copy_chains.Carry] = {}
         self._carry = carry
+        self._class_of: dict[fx.Node, OpClass] = {}
+        self._rules_of_node: dict[fx.Node, tuple[dict[str, OpRule], OpRule | None]] = {}
 
     # -- classification ---------------------------------------------------------
     def _op_class(self, node: fx.Node) -> OpClass:
-        if node.op == "call_function":
-            return classify(target_name(node))
-        return OpClass.UNKNOWN
+        cls = self._class_of.get(node)
+        if cls is None:
+            cls = self._class_of[node] = classify(target_name(node)) if node.op == "call_function" else OpClass.UNKNOWN
+        return cls
+
+    def _node_rules(self, node: fx.Node) -> tuple[dict[str, OpRule], OpRule | None]:
+        """(_rules, _rule) of `node`, looked up once per node (the reader asks several times)."""
+        hit = self._rules_of_node.get(node)
+        if hit is None:
+            hit = self._rules_of_node[node] = (
+                self._rules_of(base_name(target_name(node)), self._marks(node))
+                if node.op == "call_function"
+                else ({}, None)
+            )
+        return hit
 
     def _rules(self, node: fx.Node) -> dict[str, OpRule]:
         """Each (member) target's rule for a domain change across `node`. A
         backend that lowers only the nodes its quantizer marked leaves an
         unmarked one on the CPU, in float. (Shared per op and marking: do not mutate.)"""
-        if node.op != "call_function":
-            return {}
-        return self._rules_of(base_name(target_name(node)), self._marks(node))[0]
+        return self._node_rules(node)[0]
 
     def _rules_of(self, op: str, marks: tuple[bool, ...]) -> tuple[dict[str, OpRule], OpRule | None]:
         """(each target's rule, the strictest) for op base name `op`, computed once per op and marking."""
@@ -353,9 +365,7 @@ class FxAdapter:
 
     def _rule(self, node: fx.Node) -> OpRule | None:
         """The strictest rule any target applies to `node` (None: its PT2E meaning)."""
-        if node.op != "call_function":
-            return None
-        return self._rules_of(base_name(target_name(node)), self._marks(node))[1]
+        return self._node_rules(node)[1]
 
     def _copies_codes(self, node: fx.Node) -> bool:
         """Does the target lower `node` as a copy of its input's codes?"""
@@ -532,12 +542,11 @@ class FxAdapter:
 
     def _single_copy(self, node: fx.Node) -> bool:
         """Does the target lower `node` as a copy of its one tensor input's codes?"""
-        return (
-            node.op == "call_function"
-            and self._op_class(node) is not OpClass.UNKNOWN
-            and base_name(target_name(node)) not in MULTI_INPUT_IDENTITY
-            and self._copies_codes(node)
-        )
+        return self._any_copy(node) and base_name(target_name(node)) not in MULTI_INPUT_IDENTITY
+
+    def _any_copy(self, node: fx.Node) -> bool:
+        """Does the target lower `node` as a copy of its inputs' codes (cat and stack included)?"""
+        return node.op == "call_function" and self._op_class(node) is not OpClass.UNKNOWN and self._copies_codes(node)
 
     def _carried_fold(self, q: fx.Node, x: fx.Node, d: Domain) -> tuple[str | None, str]:
         """The fold of quantize `q` into code copy `x` drops a requant into `d`.
@@ -546,20 +555,17 @@ class FxAdapter:
         the drop is not carried), or (None, "") when the drop is carried
         (`copy_chains`): then a structural obligation records it, and the
         quantizes below compare against the domain the codes really have."""
-        if self.target.members or not self._carry:
+        if self.target.members or not self._carry or not self._any_copy(x):
             return x.name, ""
-        sources = self._identity_sources(x)
-        if self._single_copy(x):
-            up = copy_chains.upstream_quantize(x)
-            upstream = self._carried.get(up.name) if up is not None else None
-            actual = upstream.actual if upstream else self._input_domain(x)
-        elif base_name(target_name(x)) in MULTI_INPUT_IDENTITY and self._copies_codes(x):
-            # a cat/stack of inputs in one domain starts a chain (it is read nowhere else)
-            upstream = None
+        up = copy_chains.upstream_quantize(x, self._single_copy) if self._single_copy(x) else None
+        upstream = self._carried.get(up.name) if up is not None else None
+        sources: list[fx.Node] = []
+        if upstream:
+            actual: Domain | None = upstream.actual
+        else:  # the chain starts here: the codes come from dequantizes (through views, cat, stack)
+            sources = copy_chains.dequant_leaves(x, self._identity_sources, self._any_copy) or []
             doms = {self._fact_domain(s) for s in sources}
             actual = doms.pop() if len(doms) == 1 else None
-        else:
-            return x.name, ""
         source = upstream.source if upstream else x.name
         if actual is None or actual == d:
             return source, ""

@@ -1029,6 +1029,7 @@ def _qdq(node: Any, consts: Any) -> Domain | None:
 
 def partition_anchors(ep: Any) -> Anchors:
     """Domains the partition program (Q/DQ intact) declares, by FX node name."""
+    from qflow.integrations import copy_chains
     from qflow.integrations.fx import _Consts, target_name
     from qflow.ops import OpClass, base_name, classify
 
@@ -1074,6 +1075,11 @@ def partition_anchors(ep: Any) -> Anchors:
                 hi = n.args[2] if len(n.args) > 2 else (1.0 if name.startswith("hardtanh") else None)
                 lo = n.kwargs.get("min", lo)
                 hi = n.kwargs.get("max", hi)
+            if copy_chains.fuses_into_next_clamp(n):
+                continue  # FuseConsecutiveClampsPass: one CLAMP, with the next activation's
+            fused = copy_chains.fused_bounds(n)
+            if fused is not None:
+                lo, hi = fused
             if isinstance(lo, (int, float, type(None))) and isinstance(hi, (int, float, type(None))):
                 a.activations.append(Activation(n.name, lo, hi, out))
     return a
