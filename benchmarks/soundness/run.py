@@ -129,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--json", type=Path, help="with --case / --spec: also write the record to this file")
     ap.add_argument("--batch", type=int, default=10, help="cases per worker process")
-    ap.add_argument("--jobs", type=int, default=1, help="worker processes at once (one per core)")
+    ap.add_argument(
+        "--jobs", type=int, default=len(os.sched_getaffinity(0)), help="worker processes at once (default: one per core)"
+    )
     ap.add_argument("--time-limit", type=int, default=240, help="seconds per case")
     ap.add_argument("--log", type=Path, help="worker stderr goes here")
     ap.add_argument("--worker", help=argparse.SUPPRESS)

@@ -285,6 +285,7 @@ class FxAdapter:
         self._members = [targets.get(m) for m in self.target.members] or [self.target]
         self._marking = [t.lowers_only_marked for t in self._members if t.lowers_only_marked is not None]
         self._sandwich = any(t.float_unless_qdq for t in self._members)
+        self._min_inputs = [t for t in self._members if t.delegated_min_inputs]
         self._rule_cache: dict[tuple[str, tuple[bool, ...]], tuple[dict[str, OpRule], OpRule | None]] = {}
         #: quantizes whose requant a code copy drops and later copies carry (copy_chains)
         self._carried: dict[str, copy_chains.Carry] = {}
@@ -328,7 +329,8 @@ class FxAdapter:
 
     def _marks(self, node: fx.Node) -> tuple[bool, ...]:
         """For each member target that lowers only marked nodes: did its quantizer mark `node`?
-        Then, when a member computes ops outside a DQ → op → Q sandwich in float: is `node` in one?"""
+        Then, when a member computes ops outside a DQ → op → Q sandwich in float: is `node` in one?
+        Then, for each member that delegates some ops only with enough inputs: has `node` enough?"""
         out = []
         if self._marking:
             custom = node.meta.get("custom") or {}
@@ -337,12 +339,16 @@ class FxAdapter:
                 out.append(bool(info and info.get(fld)))
         if self._sandwich:
             out.append(self._between_qdq(node))
+        if self._min_inputs:
+            op, n = base_name(target_name(node)), len(node.all_input_nodes)
+            out.extend(n >= t.delegated_min_inputs.get(op, 0) for t in self._min_inputs)
         return tuple(out)
 
     def _compute_rules(self, op: str, marks: tuple[bool, ...]) -> dict[str, OpRule]:
         out: dict[str, OpRule] = {}
         marked = iter(marks[: len(self._marking)])
-        sandwiched = marks[-1] if self._sandwich else True
+        sandwiched = marks[len(self._marking)] if self._sandwich else True
+        enough = dict(zip((t.name for t in self._min_inputs), marks[len(marks) - len(self._min_inputs) :], strict=True))
         for t in self._members:
             # each target's PT2E default counts: one that rescales must not
             # relax another's code copy
@@ -350,6 +356,8 @@ class FxAdapter:
             if t.lowers_only_marked is not None and not next(marked):
                 r = OpRule.CPU_FLOAT
             if t.float_unless_qdq and r in (OpRule.CODE_COPY, OpRule.ZP_ONLY) and not sandwiched:
+                r = OpRule.CPU_FLOAT
+            if not enough.get(t.name, True):  # the partitioner leaves it on the CPU
                 r = OpRule.CPU_FLOAT
             out[t.name] = r
         return out

@@ -80,6 +80,11 @@ class Target:
     #: change (XNNPACK: campaign case 00041, DQ → clamp → max_pool2d → Q into
     #: another domain, exact on the runtime).
     float_unless_qdq: bool = False
+    #: Ops the partitioner delegates only with at least this many distinct
+    #: tensor inputs; with fewer the op runs on the CPU in float (XNNPACK's
+    #: CatConfig: ``len(node.all_input_nodes) >= 2``; campaign case 00077,
+    #: ``cat([x, x])`` with a requant, exact on the runtime).
+    delegated_min_inputs: Mapping[str, int] = field(default_factory=dict)
     #: Module path of the backend's reader, imported only when a program of this
     #: target is read: what its delegates really read and write and its own
     #: checks of what it emitted. See `backend_module`.

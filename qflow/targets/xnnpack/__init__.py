@@ -34,6 +34,7 @@ TARGET = Target(
         # sit between a dequantize and a quantize; otherwise see float_unless_qdq.
     },
     float_unless_qdq=True,
+    delegated_min_inputs={"cat": 2, "concat": 2, "concatenate": 2},
     fusion=Fusion.CODE_CLAMP,
     backend_ids=frozenset({"XnnpackBackend"}),
     partitioners=frozenset({"XnnpackPartitioner", "XnnpackDynamicallyQuantizedPartitioner"}),
