@@ -2,6 +2,7 @@
 
     python benchmarks/soundness/run.py --cases 30                 # cases 0..29, resumes
     python benchmarks/soundness/run.py --case 00012-arm-pc        # one case, printed
+    python benchmarks/soundness/run.py --ids @rerun.txt --out b.jsonl   # these ids (e.g. to re-run after a fix)
     python benchmarks/soundness/run.py --spec reduced/x.json --variant arm-pc   # a spec file
 
 Cases run in a worker subprocess (one batch of ids per worker; imports cost
@@ -124,13 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--variants", default="", help="comma-separated: only these variants (default: round robin)")
     ap.add_argument("--case", help="run one case id and print its record")
+    ap.add_argument("--ids", help="run these case ids (comma-separated, or @FILE with one per line)")
     ap.add_argument("--spec", help="run a spec JSON file (e.g. a reduced case) with --variant")
     ap.add_argument("--variant", default="arm-pc", help="for a bare spec file without an id")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--json", type=Path, help="with --case / --spec: also write the record to this file")
     ap.add_argument("--batch", type=int, default=10, help="cases per worker process")
     ap.add_argument(
-        "--jobs", type=int, default=len(os.sched_getaffinity(0)), help="worker processes at once (default: one per core)"
+        "--jobs", type=int, default=len(os.sched_getaffinity(0)), help="worker processes (default: one per core)"
     )
     ap.add_argument("--time-limit", type=int, default=240, help="seconds per case")
     ap.add_argument("--log", type=Path, help="worker stderr goes here")
@@ -153,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.json:
             a.json.write_text(json.dumps(rec, indent=1) + "\n")
         print(json.dumps(rec, indent=1))
+        return 0
+    if a.ids:
+        text = Path(a.ids[1:]).read_text() if a.ids.startswith("@") else a.ids.replace(",", "\n")
+        campaign([i.strip() for i in text.splitlines() if i.strip()], a.out, a.batch, a.time_limit, a.log, a.jobs)
         return 0
     variants = [v for v in a.variants.split(",") if v]
     ids = []
