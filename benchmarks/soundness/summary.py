@@ -282,7 +282,8 @@ def failures(recs: list[dict[str, Any]], max_false_alarm_pct: float) -> list[str
         if rr.get("status") == "crash":
             out.append(f"repair crash: {r['id']}: {rr.get('error')}")
         lsb = (rr.get("err_vs_repaired_fq") or {}).get("lsb")
-        if r.get("outcome") == "miscompile" and rr.get("status") == "repaired" and (lsb is None or lsb > 1.0 + 1e-6):
+        # errors are whole codes up to float noise in the scales (1.0013 LSB is one code)
+        if r.get("outcome") == "miscompile" and rr.get("status") == "repaired" and (lsb is None or lsb > 1.01):
             out.append(f"repaired miscompile not within 1 LSB: {r['id']} ({lsb} LSB)")
     exact = [r for r in recs if r.get("outcome") == "exact"]
     alarms = [r["id"] for r in exact if is_false_alarm(r)]
