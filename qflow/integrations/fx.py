@@ -290,32 +290,20 @@ class FxAdapter:
         #: quantizes whose requant a code copy drops and later copies carry (copy_chains)
         self._carried: dict[str, copy_chains.Carry] = {}
         self._carry = carry
-        self._class_of: dict[fx.Node, OpClass] = {}
-        self._rules_of_node: dict[fx.Node, tuple[dict[str, OpRule], OpRule | None]] = {}
 
     # -- classification ---------------------------------------------------------
     def _op_class(self, node: fx.Node) -> OpClass:
-        cls = self._class_of.get(node)
-        if cls is None:
-            cls = self._class_of[node] = classify(target_name(node)) if node.op == "call_function" else OpClass.UNKNOWN
-        return cls
-
-    def _node_rules(self, node: fx.Node) -> tuple[dict[str, OpRule], OpRule | None]:
-        """(_rules, _rule) of `node`, looked up once per node (the reader asks several times)."""
-        hit = self._rules_of_node.get(node)
-        if hit is None:
-            hit = self._rules_of_node[node] = (
-                self._rules_of(base_name(target_name(node)), self._marks(node))
-                if node.op == "call_function"
-                else ({}, None)
-            )
-        return hit
+        if node.op == "call_function":
+            return classify(target_name(node))
+        return OpClass.UNKNOWN
 
     def _rules(self, node: fx.Node) -> dict[str, OpRule]:
         """Each (member) target's rule for a domain change across `node`. A
         backend that lowers only the nodes its quantizer marked leaves an
         unmarked one on the CPU, in float. (Shared per op and marking: do not mutate.)"""
-        return self._node_rules(node)[0]
+        if node.op != "call_function":
+            return {}
+        return self._rules_of(base_name(target_name(node)), self._marks(node))[0]
 
     def _rules_of(self, op: str, marks: tuple[bool, ...]) -> tuple[dict[str, OpRule], OpRule | None]:
         """(each target's rule, the strictest) for op base name `op`, computed once per op and marking."""
@@ -373,7 +361,9 @@ class FxAdapter:
 
     def _rule(self, node: fx.Node) -> OpRule | None:
         """The strictest rule any target applies to `node` (None: its PT2E meaning)."""
-        return self._node_rules(node)[1]
+        if node.op != "call_function":
+            return None
+        return self._rules_of(base_name(target_name(node)), self._marks(node))[1]
 
     def _copies_codes(self, node: fx.Node) -> bool:
         """Does the target lower `node` as a copy of its input's codes?"""
