@@ -1014,9 +1014,6 @@ def validate(prog: TosaProgram, anchors: Anchors) -> list[Check]:
 # Anchors from a lowered ExecuTorch program
 # ---------------------------------------------------------------------------
 
-_ACTS = {"relu": (0.0, None), "relu_": (0.0, None), "relu6": (0.0, 6.0)}
-_HARDTANH = {"hardtanh", "hardtanh_", "clamp", "clamp_"}
-
 
 def _qdq(node: Any, consts: Any) -> Domain | None:
     from qflow.integrations.fx import qdq_domain
@@ -1029,7 +1026,7 @@ def _qdq(node: Any, consts: Any) -> Domain | None:
 
 def partition_anchors(ep: Any) -> Anchors:
     """Domains the partition program (Q/DQ intact) declares, by FX node name."""
-    from qflow.integrations import copy_chains
+    from qflow.integrations import activations, copy_chains
     from qflow.integrations.fx import _Consts, target_name
     from qflow.ops import OpClass, base_name, classify
 
@@ -1067,21 +1064,11 @@ def partition_anchors(ep: Any) -> Anchors:
         # the weight domain of a conv/linear, for rewritten weight tensors
         if len(dqs) > 1 and (d := _qdq(dqs[1], consts)) is not None:
             a.consts.setdefault(n.name, d)
-        if out is not None and (name in _ACTS or name in _HARDTANH):
-            if name in _ACTS:
-                lo, hi = _ACTS[name]
-            else:
-                lo = n.args[1] if len(n.args) > 1 else (-1.0 if name.startswith("hardtanh") else None)
-                hi = n.args[2] if len(n.args) > 2 else (1.0 if name.startswith("hardtanh") else None)
-                lo = n.kwargs.get("min", lo)
-                hi = n.kwargs.get("max", hi)
+        if out is not None and name in activations.BOUNDED:
             if copy_chains.fuses_into_next_clamp(n):
                 continue  # FuseConsecutiveClampsPass: one CLAMP, with the next activation's
-            fused = copy_chains.fused_bounds(n)
-            if fused is not None:
-                lo, hi = fused
-            if isinstance(lo, (int, float, type(None))) and isinstance(hi, (int, float, type(None))):
-                a.activations.append(Activation(n.name, lo, hi, out))
+            lo, hi = copy_chains.fused_bounds(n)  # type: ignore[misc]
+            a.activations.append(Activation(n.name, lo, hi, out))
     return a
 
 
