@@ -17,7 +17,7 @@ import torch.fx as fx
 
 from qflow.domain import Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Symbolic, Value
-from qflow.integrations.fx import dtype_name, target_name
+from qflow.integrations.fx import dtype_name, removed_by_to_edge, target_name
 from qflow.ops import OpClass, base_name, classify
 from qflow.solvers.prove import _UnionFind
 from qflow.targets import OpRule, Target
@@ -131,6 +131,8 @@ class AnnotatedAdapter:
         cls = classify(target_name(n)) if n.op == "call_function" else OpClass.UNKNOWN
         out = n.name if self.out_key(n) in self._keys() else None
         rule = self.target.rule(base_name(target_name(n))) if n.op == "call_function" else None
+        if removed_by_to_edge(n):
+            rule = OpRule.RESCALE
         # ops the target lowers as code copies (or with zero points only) need
         # their output in their input's observer group, for every calibration
         kind = {OpRule.CODE_COPY: "passthrough-domain-change", OpRule.ZP_ONLY: "dropped-scale"}.get(rule)  # type: ignore[arg-type]

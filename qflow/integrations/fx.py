@@ -112,6 +112,27 @@ def _numel_of(v: Any) -> int | None:
         return None
 
 
+def _static_shape(v: Any) -> tuple[int, ...] | None:
+    shape = getattr(v, "shape", None)
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return tuple(shape)
+
+
+def removed_by_to_edge(node: fx.Node) -> bool:
+    """Is `node` a slice that keeps its input's whole (static) shape?
+
+    ExecuTorch's `to_edge` removes it (exir RemoveNoopPass, run by every
+    lowering before any partitioner), so no backend ever sees it: a quantize
+    after it becomes a requant of its input's dequantize, which the backend
+    realises. (Measured: campaign case 00105, exact on the TOSA reference model.)"""
+    if node.op != "call_function" or base_name(target_name(node)) not in ("slice", "slice_copy"):
+        return False
+    src = node.args[0] if node.args else None
+    shape = _static_shape(_val(node))
+    return isinstance(src, fx.Node) and shape is not None and shape == _static_shape(_val(src))
+
+
 def _module_path(node: fx.Node) -> str | None:
     stack = node.meta.get("nn_module_stack")
     if not stack:
@@ -303,6 +324,8 @@ class FxAdapter:
         unmarked one on the CPU, in float. (Shared per op and marking: do not mutate.)"""
         if node.op != "call_function":
             return {}
+        if removed_by_to_edge(node):
+            return {t.name: OpRule.RESCALE for t in self._members}
         return self._rules_of(base_name(target_name(node)), self._marks(node))[0]
 
     def _rules_of(self, op: str, marks: tuple[bool, ...]) -> tuple[dict[str, OpRule], OpRule | None]:
@@ -363,6 +386,8 @@ class FxAdapter:
         """The strictest rule any target applies to `node` (None: its PT2E meaning)."""
         if node.op != "call_function":
             return None
+        if removed_by_to_edge(node):
+            return OpRule.RESCALE
         return self._rules_of(base_name(target_name(node)), self._marks(node))[1]
 
     def _copies_codes(self, node: fx.Node) -> bool:
