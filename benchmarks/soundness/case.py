@@ -4,18 +4,20 @@ run again. Returns one JSON-able dict; every stage's failure is an outcome,
 never an exception out of `run_case`.
 
 Truth rule (see README.md here): the lowered program *computes right* when,
-on every output, max |backend − fake-quant| ≤ 1 output LSB + 1 step of the
-coarsest quantization grid on that output's path (the largest scale of any
-activation quantize/dequantize upstream of it): the backend rounds at every
-rescale where the fake-quantized model computes in float, and one rounding
-step upstream is worth up to one coarse step at the output. A *marginal*
-case (≤ 4 coarse steps) is kept apart from the miscompiles.
+on every output, max |backend − fake-quant| is within the larger of
+(a) 1 output LSB + 1 step of the coarsest quantization grid on that output's
+path, and (b) the rounding budget (`_Budget`): one code at each quantize
+where a correct integer lowering may round the other way, carried through
+each op by its sensitivity on the test inputs (a sum of n values adds n
+bounds, a mul scales one side's bound by the other side's magnitude). A
+*marginal* case (≤ 4 coarse steps) is kept apart from the miscompiles.
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
+import os
 import random
 import time
 import traceback
@@ -217,8 +219,9 @@ def _is(node: torch.fx.Node, name: str) -> bool:
     return node.op == "call_function" and name in str(node.target)
 
 
-def output_grids(converted: torch.fx.GraphModule) -> list[dict[str, float | None]]:
-    """Per output: its dequantize's scale and the coarsest activation scale upstream."""
+def output_grids(converted: torch.fx.GraphModule, tests: list[Inputs]) -> list[dict[str, float | None]]:
+    """Per output: its dequantize's scale, the coarsest activation scale
+    upstream, and the rounding budget on the test inputs."""
     out_node = next(n for n in converted.graph.nodes if n.op == "output")
     args = out_node.args[0]
     args = list(args) if isinstance(args, (tuple, list)) else [args]
@@ -237,7 +240,98 @@ def output_grids(converted: torch.fx.GraphModule) -> list[dict[str, float | None
                 coarsest = max(coarsest, float(n.args[1]))
             stack.extend(n.all_input_nodes)
         grids.append({"out_scale": out_scale, "coarsest": coarsest or out_scale})
+    for grid, budget in zip(grids, rounding_budget(converted, tests), strict=True):
+        grid["budget"] = budget
     return grids
+
+
+# Ops through which an error tensor travels by the op itself: copies, and
+# linear maps with non-negative coefficients (|f(a) - f(b)| <= f(|a - b|)).
+_SAME_OP = {
+    "permute", "view", "reshape", "_unsafe_view", "slice", "slice_copy",
+    "constant_pad_nd", "pad", "cat", "stack", "upsample_nearest2d", "pixel_shuffle", "flatten", "squeeze",
+    "unsqueeze", "clone", "expand", "select", "mean", "sum", "avg_pool2d", "adaptive_avg_pool2d", "max_pool2d",
+    "max_pool2d_with_indices", "upsample_bilinear2d", "getitem", "contiguous", "alias", "transpose", "t",
+}  # fmt: skip
+_LIPSCHITZ = {"relu": 1, "relu6": 1, "hardtanh": 1, "clamp": 1, "abs": 1, "neg": 1, "tanh": 1, "sigmoid": 0.25}
+# The coarsest rescale multiplier TOSA allows (16 bits, for int48 inputs), as a relative error.
+RESCALE_REL = 2.0**-15
+
+
+class _Budget(torch.fx.Interpreter):
+    """Runs the fake-quantized graph and carries, next to each tensor, an
+    elementwise bound on how far a correct integer lowering may be from it.
+
+    Where the reference rounds a float, the backend rounds an exact integer
+    through a fixed-point multiplier (relative error <= RESCALE_REL) and may
+    break ties the other way: each quantize may move a code by however many
+    rounding boundaries lie within that of its (already uncertain) input. The
+    bound travels through each op by its sensitivity on these values — a sum
+    of n adds n bounds, a mul scales each side's bound by the other side's
+    magnitude, a conv by its weights' magnitudes. None: an op with no rule."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.err: dict[torch.fx.Node, Any] = {}
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        out = super().run_node(n)
+        if n.op == "call_function" and isinstance(out, (torch.Tensor, tuple, list)):
+            self.err[n] = self._rule(n, out)
+        else:  # inputs, weights, scalars: the same on both sides
+            self.err[n] = torch.zeros_like(out) if isinstance(out, torch.Tensor) else 0.0
+        return out
+
+    def _rule(self, n: torch.fx.Node, out: Any) -> Any:  # noqa: C901
+        if any(self.err[a] is None for a in n.all_input_nodes):
+            return None
+        name = getattr(n.target, "_opname", getattr(n.target, "__name__", str(n.target)))
+        val = lambda a: self.env[a] if isinstance(a, torch.fx.Node) else a  # noqa: E731
+        err = lambda a: self.err[a] if isinstance(a, torch.fx.Node) else 0.0  # noqa: E731
+        x = n.args[0]
+        if name == "quantize_per_tensor":
+            scale, zp, qmin, qmax = (float(val(a)) for a in n.args[1:5])
+            pre = val(x).double() / scale
+            spread = err(x) / scale + pre.abs() * RESCALE_REL + 1e-3
+            code = out.double() - zp
+            hi = torch.floor(pre + spread + 0.5).clamp(qmin - zp, qmax - zp)
+            lo = torch.ceil(pre - spread - 0.5).clamp(qmin - zp, qmax - zp)
+            return (torch.maximum(hi - code, code - lo).clamp(min=0) * scale).float()
+        if name in ("dequantize_per_tensor", "dequantize_per_channel", "quantize_per_channel"):
+            return err(x)  # a quantize's bound is already in real units; weights have none
+        if name in _LIPSCHITZ:
+            return _LIPSCHITZ[name] * err(x)
+        if name in ("conv2d", "linear"):
+            return n.target(err(x), val(n.args[1]).abs(), None, *n.args[3:])
+        if name in ("add", "sub"):
+            return err(x) + err(n.args[1])
+        if name == "mul":
+            y = n.args[1]
+            return abs(val(x)) * err(y) + abs(val(y)) * err(x) + err(x) * err(y)
+        if name in _SAME_OP:
+            args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: self.err[a])
+            at = {"constant_pad_nd": 2, "pad": 3}.get(name, len(args))  # the pad value has no error
+            args = (*args[:at], 0.0, *args[at + 1 :]) if at < len(args) else args
+            return n.target(*args, **{k: 0.0 if k == "value" else v for k, v in kwargs.items()})
+        if os.environ.get("QFLOW_BUDGET_DEBUG"):
+            print("no budget rule:", name)
+        return None
+
+
+def rounding_budget(gm: torch.fx.GraphModule, tests: list[Inputs]) -> list[float | None]:
+    """Per output, the largest `_Budget` over the test inputs."""
+    worst: list[float | None] | None = None
+    for x in tests:
+        b = _Budget(gm)
+        with torch.no_grad():
+            b.run(*x)
+        out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        errs = [None if b.err.get(o) is None else float(torch.as_tensor(b.err[o]).max()) for o in outs]
+        if worst is not None:
+            errs = [None if a is None or e is None else max(a, e) for a, e in zip(worst, errs, strict=True)]
+        worst = errs
+    return worst or []
 
 
 def compare(
@@ -257,7 +351,7 @@ def compare(
             out_scale = grid["out_scale"] or grid["coarsest"] or 1e-3
             coarse = grid["coarsest"] or out_scale
             lsb, steps = d / out_scale, d / coarse
-            tol = out_scale + coarse
+            tol = max(out_scale + coarse, grid.get("budget") or 0.0)
             truth = "exact" if d <= tol * (1 + 1e-6) else ("marginal" if d <= MARGINAL_STEPS * coarse else "miscompile")
             if d / tol > worst.get("ratio", -1.0):
                 worst = {"abs": d, "lsb": lsb, "steps": steps, "ratio": d / tol, "out_scale": out_scale}
@@ -394,7 +488,7 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
     rec["overrides"] = sink.get("overrides")
     with torch.no_grad():
         want = [_as_list(converted(*x)) for x in tests]
-    grids = output_grids(converted)
+    grids = output_grids(converted, tests)
     rec["grids"] = grids
     target = target_of(variant)
     # qflow before partitioning: annotated graph, then the converted Q/DQ program
@@ -488,7 +582,7 @@ def _repair(
     sub: dict[str, Any] = {}
     with torch.no_grad():
         fixed_want = [_as_list(fixed.module()(*x)) for x in tests]
-    _lower_and_run(sub, "", variant, fixed, tests, fixed_want, grids)
+    _lower_and_run(sub, "", variant, fixed, tests, fixed_want, output_grids(fixed.module(), tests))
     rep["outcome"] = sub.get("outcome")
     rep["error"] = sub.get("error")
     rep["err_vs_repaired_fq"] = sub.get("err")
