@@ -141,3 +141,29 @@ def test_reducer_keeps_specs_valid() -> None:
     for c in cands:
         gen.SpecModel(c)
         assert len(c["ops"]) < len(spec["ops"]) or len(c["outputs"]) < len(spec["outputs"]) or len(c["inputs"]) < 2
+
+
+def test_rounding_budget_counts_ties_and_carries_them_through_a_sum() -> None:
+    """The truth rule's budget: a value on a rounding tie may land on either
+    code, and a sum carries that code on to the next quantize."""
+    sys.path.insert(0, str(CAMPAIGN))
+    import case
+    import torch
+    from torchao.quantization.pt2e import quantize_pt2e  # noqa: F401 - registers quantized_decomposed
+
+    qd = torch.ops.quantized_decomposed
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        d = qd.dequantize_per_tensor(
+            qd.quantize_per_tensor(x, 0.5, 0, -128, 127, torch.int8), 0.5, 0, -128, 127, torch.int8
+        )
+        s = torch.sum(d, dim=[1], keepdim=True)
+        return qd.dequantize_per_tensor(
+            qd.quantize_per_tensor(s, 1.0, 0, -128, 127, torch.int8), 1.0, 0, -128, 127, torch.int8
+        )
+
+    gm = torch.fx.symbolic_trace(f)
+    off_ties = case.rounding_budget(gm, [(torch.tensor([[0.2, 1.0, 2.0, 3.0]]),)])
+    on_a_tie = case.rounding_budget(gm, [(torch.tensor([[0.25, 1.0, 2.0, 3.0]]),)])
+    assert off_ties == [0.0]
+    assert on_a_tie == [1.0]  # 0.25 is half a step of 0.5: one code (0.5) there, one code (1.0) after the sum
