@@ -15,7 +15,11 @@ from qflow.targets import Target
 
 
 def domain_graph(
-    obj: Any, form: str | None = None, target: str | Target | None = None, carry: bool = True
+    obj: Any,
+    form: str | None = None,
+    target: str | Target | None = None,
+    carry: bool = True,
+    reference: Any = None,
 ) -> DomainGraph:
     """The domain graph qflow builds for `obj` (see `analyze` for what it accepts).
     `carry=False`: every requant a code copy drops is an obligation of its own
@@ -30,7 +34,9 @@ def domain_graph(
         if form not in (None, "lowered"):
             what = "the .pte bytes" if pte_bytes else str(obj)
             raise InputError(f"{what}: an ExecuTorch program is read as shipped (form 'lowered'), not {form!r}")
-        return pte.build(obj)
+        return pte.build(obj, _reference(reference) if reference is not None else None)
+    if reference is not None:
+        raise InputError(f"reference: applies to an ExecuTorch .pte program, not to {type(obj).__name__}")
     from qflow.integrations import annotated
     from qflow.integrations.fx import build
     from qflow.integrations.load import graph_module_of
@@ -41,11 +47,29 @@ def domain_graph(
     return build(gm, ep, form, t, carry)
 
 
+def _reference(reference: Any) -> Any:
+    """What the PT2E program a .pte was lowered from declares (`tosa_artifact.Reference`)."""
+    from qflow.integrations.load import graph_module_of
+    from qflow.targets.arm import tosa_artifact
+
+    _, owner = graph_module_of(reference)
+    if owner is None:
+        raise InputError(
+            "reference: pass the ExportedProgram the .pte was lowered from (or its .pt2), not a bare graph"
+        )
+    ref = tosa_artifact.reference(owner)
+    if not ref.constants and not ref.activations:
+        raise InputError(f"reference {reference}: no quantized constant or activation in it (is it a PT2E program?)")
+    return ref
+
+
 def _has_qdq(gm: Any) -> bool:
     return any("quantize_per_" in str(n.target) for n in gm.graph.nodes if n.op == "call_function")
 
 
-def analyze(obj: Any, form: str | None = None, name: str = "", target: str | Target | None = None) -> Report:
+def analyze(
+    obj: Any, form: str | None = None, name: str = "", target: str | Target | None = None, reference: Any = None
+) -> Report:
     """Prove that every consumer in `obj` sees the domain it declares.
 
     `obj` is a torch.fx.GraphModule (annotated, PT2E Q/DQ, or Arm-folded), a
@@ -59,8 +83,15 @@ def analyze(obj: Any, form: str | None = None, name: str = "", target: str | Tar
     ("arm-tosa", "xnnpack", or an ExecuTorch partitioner object; None or
     "generic": every shipped target at once). A lowered program's partitions
     are always read by their own delegate's target.
+
+    `reference` (a .pte only): the PT2E program it was lowered from (its
+    ExportedProgram or a .pt2 path). A TOSA payload keeps its weights as bare
+    codes; each one whose values are those of exactly one quantized constant
+    of the reference takes that constant's scales, and each CLAMP must be one
+    of the reference's activations, so the artifact check can prove what
+    depends on them: that the .pte computes the reference's declared domains.
     """
-    return analyze_graph(domain_graph(obj, form, target), name=name)
+    return analyze_graph(domain_graph(obj, form, target, reference=reference), name=name)
 
 
 def plan(obj: Any, form: str | None = None, objective: str = "count", target: str | Target | None = None) -> Plan:

@@ -237,6 +237,15 @@ def _check(args: argparse.Namespace) -> int:
     if not paths:
         print("qflow: no program given and no bundled example found", file=sys.stderr)
         return EXIT_BAD_INPUT
+    reference = None
+    if getattr(args, "reference", None):
+        from qflow.integrations.load import read_program
+
+        try:
+            reference = read_program(args.reference)
+        except QflowError as e:
+            print(f"qflow: --reference {args.reference}: {str(e).removeprefix(f'{args.reference}: ')}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     reports: list[Report] = []
     artifacts: dict[str, str] = {}
     drawn: list[Any] = []
@@ -255,7 +264,7 @@ def _check(args: argparse.Namespace) -> int:
             new = []
             for name, program in _programs(p, args.form, spec):
                 target = "arm-tosa" if spec else args.target
-                dg = domain_graph(program, form=None if spec else args.form, target=target)
+                dg = domain_graph(program, form=None if spec else args.form, target=target, reference=reference)
                 report = analyze_graph(dg, name=name)
                 if not _quantized(dg):
                     report = dataclasses.replace(report, proved=False, notes=[NOTHING_QUANTIZED, *report.notes])
@@ -523,6 +532,13 @@ def parser() -> argparse.ArgumentParser:
         "never (exit 0 unless the input is bad); default warning",
     )
     _add_form(c)
+    c.add_argument(
+        "--reference",
+        metavar="PT2",
+        help="with .pte programs: the torch.export.save'd PT2E program (.pt2) they were lowered from. A TOSA "
+        "payload keeps its weights as bare codes; each one whose values are those of exactly one quantized "
+        "constant of PT2 takes its scales, so the artifact check can prove what depends on them",
+    )
     c.add_argument(
         "--arm",
         metavar="TOSA_SPEC",

@@ -180,6 +180,83 @@ def test_bad_pte_input_is_one_line_and_exit_2(ptes, tmp_path, capsys) -> None:
         qflow.analyze(str(cut))
 
 
+# -- against the program it was lowered from (--reference) ---------------------------------------
+
+REFERENCED = ("seed000_control", "seed000_probe", "conv_bn_relu6_residual", "conv_cat_skip")
+
+
+@pytest.fixture(scope="module")
+def referenced(built, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """(.pte, .pt2 of the exported PT2E program it was lowered from) per example."""
+    root = tmp_path_factory.mktemp("ref")
+    out = {}
+    for name in REFERENCED:
+        b = built(name)
+        out[name] = (root / f"{name}.pte", root / f"{name}.pt2")
+        out[name][0].write_bytes(b.lowered.to_executorch().buffer)
+        torch.export.save(b.exported, out[name][1])
+    return out
+
+
+@pytest.mark.parametrize("name", ["seed000_control", "conv_bn_relu6_residual", "conv_cat_skip"])
+def test_a_clean_tosa_pte_proves_against_the_program_it_was_lowered_from(built, referenced, name) -> None:
+    """Alone, what depends on a weight's scale is unproven; with the PT2E
+    program, each TOSA weight takes the scales of the one quantized constant
+    with its values, each CLAMP is matched with the program's activations
+    (relu6, and the relu before a cat), and the clean artifact proves."""
+    pte_path, pt2 = referenced[name]
+    alone = qflow.analyze(pte_path)
+    assert not alone.proved and not alone.errors and alone.obligations["unproven"] > 0
+    assert qflow.analyze(pte_path, reference=built(name).exported).proved
+    assert main(["check", str(pte_path), "--reference", str(pt2)]) == 0
+
+
+def test_the_probe_is_refuted_at_more_operators_against_its_program(referenced) -> None:
+    pte_path, pt2 = referenced["seed000_probe"]
+    alone, against = qflow.analyze(pte_path), qflow.analyze(pte_path, reference=pt2)
+    assert set(_artifact_errors(alone)) < set(_artifact_errors(against))
+    assert main(["check", str(pte_path), "--reference", str(pt2), "--fail-on", "error"]) == 1
+
+
+def test_a_reference_with_other_weight_scales_refutes_the_rescales(built, referenced) -> None:
+    """The proof is that the .pte computes the reference's domains: against a
+    reference whose int8 conv weight scales are 25 % larger than those the
+    artifact was built with, each CONV2D's bias is in the wrong accumulator
+    domain and the outputs reach the parent's dequantize on the wrong grid."""
+    import copy
+
+    from qflow.integrations.fx import _Consts, target_name
+
+    ep = copy.deepcopy(built("conv_bn_relu6_residual").exported)
+    consts = _Consts(ep.graph_module, ep)
+    scaled = 0
+    for n in ep.graph.nodes:
+        if (
+            n.op == "call_function"
+            and "dequantize_per_channel" in target_name(n)
+            and isinstance(n.args[1], torch.fx.Node)
+        ):
+            scale = consts.tensor(n.args[1])
+            if scale is not None and n.args[-1] == torch.int8:  # the weights (the int32 ones are biases)
+                scale.mul_(1.25)
+                scaled += 1
+    assert scaled >= 2
+    r = qflow.analyze(referenced["conv_bn_relu6_residual"][0], reference=ep)
+    errors = _artifact_errors(r)
+    assert sum("conv2d" in e for e in errors) == 2 and any("rescale" in e for e in errors), errors
+
+
+def test_a_reference_is_for_a_pte_and_must_be_a_program(built, referenced, tmp_path, capsys) -> None:
+    pte_path, pt2 = referenced["seed000_control"]
+    assert main(["check", str(pt2), "--reference", str(pt2)]) == 2
+    assert "applies to an ExecuTorch .pte program" in capsys.readouterr().err
+    assert main(["check", str(pte_path), "--reference", str(tmp_path / "missing.pt2")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--reference" in err
+    with pytest.raises(qflow.InputError):
+        qflow.analyze(pte_path, reference=built("seed000_control").converted)  # a bare graph module
+
+
 class Pool1d(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.max_pool1d(x, 2)
@@ -234,8 +311,8 @@ def test_a_tosa_payload_is_handed_to_the_artifact_validator_with_the_programs_an
     seen = {}
 
     class Anchors:
-        def __init__(self, inputs, outputs, consts):
-            seen.update(inputs=inputs, outputs=outputs)
+        def __init__(self, inputs, outputs, consts, partition_activations=True):
+            seen.update(inputs=inputs, outputs=outputs, partition_activations=partition_activations)
 
     def add_evidence(dg, prefix, call, checks):
         dg.add_value(Value(f"{prefix}/tosa#0", "tosa.RESCALE", OpClass.COMPUTE, Definition(DefKind.FREE)))
@@ -248,6 +325,7 @@ def test_a_tosa_payload_is_handed_to_the_artifact_validator_with_the_programs_an
         Anchors=Anchors,
         validate=lambda prog, anchors: ["one check"],
         add_evidence=add_evidence,
+        link_constants=lambda prog, table: {},
     )
     monkeypatch.setitem(sys.modules, pte.TOSA_ARTIFACT_HOOK, stub)
     dg = pte.build(ptes["seed000_control"])
@@ -255,5 +333,6 @@ def test_a_tosa_payload_is_handed_to_the_artifact_validator_with_the_programs_an
     dq = dg.value("dequantize_per_tensor").definition.domain
     assert list(seen["inputs"].values()) == [q]
     assert [d for d, _ in seen["outputs"]] == [dq]
+    assert seen["partition_activations"] is False  # a .pte has no partition program
     r = qflow.analyze(dg)
     assert [(f.node, f.status) for f in r.findings] == [("delegate_0/tosa#0", "violated")]  # the only one

@@ -440,7 +440,7 @@ def tosa_artifact_hook() -> Any:
         mod = importlib.import_module(TOSA_ARTIFACT_HOOK)
     except ImportError:
         return None
-    api = ("read", "Anchors", "validate", "add_evidence")
+    api = ("read", "Anchors", "validate", "add_evidence", "link_constants")  # (Anchors.partition_activations)
     return mod if all(hasattr(mod, a) for a in api) else None
 
 
@@ -541,8 +541,9 @@ def _returned(args: tuple[int, ...]) -> tuple[int, ...]:
 
 
 class _Builder:
-    def __init__(self, prog: PteProgram, plan: Plan, prefix: str) -> None:
+    def __init__(self, prog: PteProgram, plan: Plan, prefix: str, reference: Any = None) -> None:
         self.prog, self.plan, self.prefix = prog, plan, prefix
+        self.reference = reference
         self.dg = DomainGraph(form="lowered")
         self.names: dict[int, str] = {}
         self.counts: dict[str, int] = {}
@@ -930,7 +931,13 @@ class _Builder:
             else:
                 outputs.append((None, ""))
         try:
-            checks = ta.validate(ta.read(d.payload), ta.Anchors(inputs=inputs, outputs=outputs, consts={}))
+            tosa = ta.read(d.payload)
+            ref = self.reference
+            anchors = ta.Anchors(inputs=inputs, outputs=outputs, consts={}, partition_activations=False)
+            if ref is not None:
+                anchors.consts = ta.link_constants(tosa, ref.constants)
+                anchors.activations = list(ref.activations)
+            checks = ta.validate(tosa, anchors)
             ta.add_evidence(self.dg, call, call, checks)
         except Exception as e:  # the validator's API is not fixed yet: stay unproven, say why
             self.dg.notes.append(
@@ -941,20 +948,24 @@ class _Builder:
             out = self.names.get(i)
             if out is not None and dom is not None and not dom.is_float:
                 self.dg.value(out).definition = Definition(DefKind.FACT, dom, real=False)
-        self.dg.notes.append(f"{call}: TOSA artifact checked ({len(checks)} checks, anchored at the program's Q/DQ)")
+        anchored = "the program's Q/DQ" + (f", {len(anchors.consts)} constants of the reference" if ref else "")
+        self.dg.notes.append(f"{call}: TOSA artifact checked ({len(checks)} checks, anchored at {anchored})")
 
 
-def build(prog: PteProgram | str | Path | bytes) -> DomainGraph:
+def build(prog: PteProgram | str | Path | bytes, reference: Any = None) -> DomainGraph:
     """The domain graph of every execution plan of a .pte (plans other than the
-    only one are prefixed with their method name)."""
+    only one are prefixed with their method name). `reference`: what the
+    program it was lowered from declares (`tosa_artifact.Reference`): its
+    quantized constants give the bare weight codes of a TOSA payload their
+    scales, its activations are what a CLAMP may be."""
     if not isinstance(prog, PteProgram):
         prog = read_pte(prog)
     if len(prog.plans) == 1:
-        dg = _Builder(prog, prog.plans[0], "").build()
+        dg = _Builder(prog, prog.plans[0], "", reference).build()
     else:
         dg = DomainGraph(form="lowered")
         for plan in prog.plans:
-            dg.absorb(_Builder(prog, plan, "").build(), plan.name)
+            dg.absorb(_Builder(prog, plan, "", reference).build(), plan.name)
     dg.notes.append(
         f"read from the ExecuTorch program {Path(prog.source).name}: "
         + "; ".join(

@@ -220,6 +220,10 @@ class Anchors:
     raw: set[str] = field(default_factory=set)  # inputs that are plain integer data (nothing quantizes them)
     order: list[tuple[str, str]] = field(default_factory=list)  # (node, op base name) in graph order
     pad_values: dict[str, float] = field(default_factory=dict)  # constant pad node → its real pad value
+    #: False when `activations` are those of a whole program, not of this partition alone (a .pte
+    #: checked against the program it was lowered from): a CLAMP must be one of them, but an
+    #: activation may live elsewhere, so none is missing here
+    partition_activations: bool = True
 
 
 # ---------------------------------------------------------------------------
@@ -898,11 +902,15 @@ class Interpreter:
             ]
             full = (lo, hi) == _RANGE.get(d.dtype)
             realised.update(hits)
+            if not (hits or full or self.a.activations or self.a.partition_activations):
+                self.check(op, None, f"CLAMP [{lo}, {hi}] in {src}: the activations of the PT2E program are not "
+                           "known here (no reference program)")  # fmt: skip
+                continue
             asked = ", ".join(f"{a.node} {bounds(a, a.domain)}" for a in self.a.activations) or "none"
             self.check(op, bool(hits) or full,
                        f"CLAMP [{lo}, {hi}] in {src} is no activation the PT2E program asks for (activations: {asked})",
                        src)  # fmt: skip
-        for k, act in enumerate(self.a.activations):
+        for k, act in enumerate(self.a.activations if self.a.partition_activations else ()):
             if k in realised or exact(act.domain, act.lo, act.hi):
                 continue
             lo, hi = bounds(act, act.domain)
@@ -1137,28 +1145,70 @@ def ph_names(ep: Any) -> set[str]:
     return {n.name for n in ep.graph.nodes if n.op == "placeholder"}
 
 
+def _content_key(values: np.ndarray) -> tuple[int, bytes]:
+    """A constant's values up to order: TOSA permutes weights (OHWI, HWICM) and packs int4."""
+    return int(values.size), np.sort(values.astype(np.int64).reshape(-1)).tobytes()
+
+
+def constant_domains(ep: Any, only: set[str] | None = None) -> dict[tuple[int, bytes], set[Domain]]:
+    """The quantized constants of a Q/DQ program (a partition, or the whole
+    PT2E program a .pte was lowered from), by content: each dequantize of an
+    integer parameter, buffer or constant gives its codes a domain."""
+    from qflow.integrations.fx import _Consts, target_name
+    from qflow.ops import OpClass, classify
+
+    consts = _Consts(ep.graph_module, ep)
+    out: dict[tuple[int, bytes], set[Domain]] = {}
+    for n in ep.graph.nodes:
+        if n.op != "call_function" or classify(target_name(n)) is not OpClass.DEQUANTIZE:
+            continue
+        src = n.args[0] if n.args else None
+        if not hasattr(src, "op") or src.op not in ("placeholder", "get_attr") or (only and src.name not in only):
+            continue
+        t = consts.tensor(src)
+        d = _qdq(n, consts)
+        if t is None or d is None or t.dtype.is_floating_point:
+            continue
+        out.setdefault(_content_key(t.detach().numpy()), set()).add(d)
+    return out
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What the PT2E program a .pte was lowered from declares, for its TOSA payloads:
+    its quantized constants by content and its activations."""
+
+    constants: dict[tuple[int, bytes], set[Domain]]
+    activations: tuple[Activation, ...]
+
+
+def reference(ep: Any) -> Reference:
+    return Reference(constant_domains(ep), tuple(partition_anchors(ep).activations))
+
+
+def link_constants(
+    prog: TosaProgram, table: dict[tuple[int, bytes], set[Domain]], skip: Iterable[str] = ()
+) -> dict[str, Domain]:
+    """Each integer constant of the artifact whose values are those of exactly
+    one quantized constant in `table` (with one domain), linked to that domain.
+    Ambiguous matches anchor nothing."""
+    out: dict[str, Domain] = {}
+    skip = set(skip)
+    for name, t in prog.tensors.items():
+        if name in skip or t.data is None or t.dtype not in ("INT8", "INT16", "INT32", "INT4"):
+            continue
+        doms = table.get(_content_key(t.data), set())
+        if len(doms) == 1:
+            out[name] = next(iter(doms))
+    return out
+
+
 def _match_by_content(a: Anchors, declared: dict[str, Domain], ep: Any, prog: TosaProgram) -> None:
     """Rewritten weights (``…_weight_ohwi`` of a linear the backend made a conv)
     keep no PT2E name, but they are a permutation of a quantized parameter:
     link each unnamed constant to the one parameter with the same values."""
-    from qflow.integrations.fx import _Consts
-
-    consts = _Consts(ep.graph_module, ep)
-    params: dict[tuple[int, bytes], list[str]] = {}
-    for n in ep.graph.nodes:
-        if n.op != "placeholder" or n.name not in declared:
-            continue
-        t = consts.tensor(n)
-        if t is None or t.dtype.is_floating_point:
-            continue
-        key = (t.numel(), np.sort(t.detach().reshape(-1).numpy().astype(np.int64)).tobytes())
-        params.setdefault(key, []).append(n.name)
-    for name, t in prog.tensors.items():
-        if name in a.consts or t.data is None or t.dtype not in ("INT8", "INT16", "INT32", "INT4"):
-            continue
-        hits = params.get((len(t.data), np.sort(t.data).tobytes()), [])
-        if len({declared[h] for h in hits}) == 1:  # ambiguous matches anchor nothing
-            a.consts[name] = declared[hits[0]]
+    table = constant_domains(ep, only={n for n in ph_names(ep) if n in declared})
+    a.consts.update(link_constants(prog, table, skip=a.consts))
 
 
 def _plain(getitems: list[Any], dtype: str) -> bool:
