@@ -288,7 +288,9 @@ class _Budget(torch.fx.Interpreter):
 
     def run_node(self, n: torch.fx.Node) -> Any:
         out = super().run_node(n)
-        if n.op == "call_function" and isinstance(out, (torch.Tensor, tuple, list)):
+        if n.op in ("call_method", "call_module"):
+            self.err[n] = None  # (exported programs call functions only)
+        elif n.op == "call_function" and isinstance(out, (torch.Tensor, tuple, list)):
             self.err[n] = self._rule(n, out)
         else:  # inputs, weights, scalars: the same on both sides
             self.err[n] = torch.zeros_like(out) if isinstance(out, torch.Tensor) else 0.0
