@@ -182,7 +182,7 @@ def test_bad_pte_input_is_one_line_and_exit_2(ptes, tmp_path, capsys) -> None:
 
 # -- against the program it was lowered from (--reference) ---------------------------------------
 
-REFERENCED = ("seed000_control", "seed000_probe", "conv_bn_relu6_residual", "conv_cat_skip")
+REFERENCED = ("seed000_control", "seed000_probe", "conv_bn_relu6_residual", "conv_cat_skip", "conv_relu_cat_skip")
 
 
 @pytest.fixture(scope="module")
@@ -216,6 +216,17 @@ def test_the_probe_is_refuted_at_more_operators_against_its_program(referenced) 
     alone, against = qflow.analyze(pte_path), qflow.analyze(pte_path, reference=pt2)
     assert set(_artifact_errors(alone)) < set(_artifact_errors(against))
     assert main(["check", str(pte_path), "--reference", str(pt2), "--fail-on", "error"]) == 1
+
+
+def test_the_relu_fusion_defect_is_a_missing_clamp_against_its_program(referenced) -> None:
+    """The .pte alone cannot tell a dropped relu (it keeps no activations);
+    against its program, whose one delegate lowers every activation, the relu
+    that cuts into the code range has no CLAMP: an error, as in memory."""
+    pte_path, pt2 = referenced["conv_relu_cat_skip"]
+    assert not qflow.analyze(pte_path).errors
+    against = qflow.analyze(pte_path, reference=pt2)
+    [f] = [f for f in against.findings if f.severity == "error"]
+    assert "PT2E node relu" in f.message and "no CLAMP in the artifact enforces them" in f.message
 
 
 def test_a_reference_with_other_weight_scales_refutes_the_rescales(built, referenced) -> None:

@@ -220,9 +220,11 @@ class Anchors:
     raw: set[str] = field(default_factory=set)  # inputs that are plain integer data (nothing quantizes them)
     order: list[tuple[str, str]] = field(default_factory=list)  # (node, op base name) in graph order
     pad_values: dict[str, float] = field(default_factory=dict)  # constant pad node → its real pad value
-    #: False when `activations` are those of a whole program, not of this partition alone (a .pte
-    #: checked against the program it was lowered from): a CLAMP must be one of them, but an
-    #: activation may live elsewhere, so none is missing here
+    #: True: every activation listed is lowered here, so each that cuts into the code range must
+    #: have its CLAMP (a partition's own; or a whole program all of whose activations this one
+    #: delegate lowers). False: the list is a whole program's and some may run elsewhere (another
+    #: delegate, the CPU): a CLAMP must still be one of them, but one without its CLAMP here is
+    #: unproven, not missing; with no list at all (a .pte alone) every CLAMP is unproven
     partition_activations: bool = True
 
 
@@ -910,10 +912,18 @@ class Interpreter:
             self.check(op, bool(hits) or full,
                        f"CLAMP [{lo}, {hi}] in {src} is no activation the PT2E program asks for (activations: {asked})",
                        src)  # fmt: skip
-        for k, act in enumerate(self.a.activations if self.a.partition_activations else ()):
+        for k, act in enumerate(self.a.activations):
             if k in realised or exact(act.domain, act.lo, act.hi):
                 continue
             lo, hi = bounds(act, act.domain)
+            if not self.a.partition_activations:
+                self.checks.append(
+                    Check(None, "CLAMP", -1, f"(clamp of {act.node})", act.node,
+                          f"{act.node} asks for codes in [{lo}, {hi}] of {act.domain}; no CLAMP of this delegate "
+                          "enforces them, and whether it is lowered elsewhere (another delegate, the CPU) is not "
+                          "known here")
+                )  # fmt: skip
+                continue
             if unknown:  # a clamp whose domain qflow cannot tell may be this one: unproven, not dropped
                 self.checks.append(
                     Check(None, "CLAMP", -1, f"(clamp of {act.node})", act.node,
