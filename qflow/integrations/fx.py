@@ -119,6 +119,9 @@ def _static_shape(v: Any) -> tuple[int, ...] | None:
     return tuple(shape)
 
 
+_SLICES = frozenset({"slice", "slice_copy"})
+
+
 def removed_by_to_edge(node: fx.Node) -> bool:
     """Is `node` a slice that keeps its input's whole (static) shape?
 
@@ -126,7 +129,7 @@ def removed_by_to_edge(node: fx.Node) -> bool:
     lowering before any partitioner), so no backend ever sees it: a quantize
     after it becomes a requant of its input's dequantize, which the backend
     realises. (Measured: campaign case 00105, exact on the TOSA reference model.)"""
-    if node.op != "call_function" or base_name(target_name(node)) not in ("slice", "slice_copy"):
+    if node.op != "call_function" or base_name(target_name(node)) not in _SLICES:
         return False
     src = node.args[0] if node.args else None
     shape = _static_shape(_val(node))
@@ -324,9 +327,10 @@ class FxAdapter:
         unmarked one on the CPU, in float. (Shared per op and marking: do not mutate.)"""
         if node.op != "call_function":
             return {}
-        if removed_by_to_edge(node):
+        op = base_name(target_name(node))
+        if op in _SLICES and removed_by_to_edge(node):
             return {t.name: OpRule.RESCALE for t in self._members}
-        return self._rules_of(base_name(target_name(node)), self._marks(node))[0]
+        return self._rules_of(op, self._marks(node))[0]
 
     def _rules_of(self, op: str, marks: tuple[bool, ...]) -> tuple[dict[str, OpRule], OpRule | None]:
         """(each target's rule, the strictest) for op base name `op`, computed once per op and marking."""
@@ -386,9 +390,10 @@ class FxAdapter:
         """The strictest rule any target applies to `node` (None: its PT2E meaning)."""
         if node.op != "call_function":
             return None
-        if removed_by_to_edge(node):
+        op = base_name(target_name(node))
+        if op in _SLICES and removed_by_to_edge(node):
             return OpRule.RESCALE
-        return self._rules_of(base_name(target_name(node)), self._marks(node))[1]
+        return self._rules_of(op, self._marks(node))[1]
 
     def _copies_codes(self, node: fx.Node) -> bool:
         """Does the target lower `node` as a copy of its input's codes?"""
