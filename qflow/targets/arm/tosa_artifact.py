@@ -1160,15 +1160,24 @@ def _content_key(values: np.ndarray) -> tuple[int, bytes]:
     return int(values.size), np.sort(values.astype(np.int64).reshape(-1)).tobytes()
 
 
-def constant_domains(ep: Any, only: set[str] | None = None) -> dict[tuple[int, bytes], set[Domain]]:
+@dataclass(frozen=True)
+class Constant:
+    """A quantized constant of a Q/DQ program: its name, its values up to order, its domain."""
+
+    name: str
+    key: tuple[int, bytes]
+    domain: Domain
+
+
+def constant_domains(ep: Any, only: set[str] | None = None) -> tuple[Constant, ...]:
     """The quantized constants of a Q/DQ program (a partition, or the whole
-    PT2E program a .pte was lowered from), by content: each dequantize of an
-    integer parameter, buffer or constant gives its codes a domain."""
+    PT2E program a .pte was lowered from): each dequantize of an integer
+    parameter, buffer or constant gives its codes a domain."""
     from qflow.integrations.fx import _Consts, target_name
     from qflow.ops import OpClass, classify
 
     consts = _Consts(ep.graph_module, ep)
-    out: dict[tuple[int, bytes], set[Domain]] = {}
+    out = []
     for n in ep.graph.nodes:
         if n.op != "call_function" or classify(target_name(n)) is not OpClass.DEQUANTIZE:
             continue
@@ -1177,18 +1186,17 @@ def constant_domains(ep: Any, only: set[str] | None = None) -> dict[tuple[int, b
             continue
         t = consts.tensor(src)
         d = _qdq(n, consts)
-        if t is None or d is None or t.dtype.is_floating_point:
-            continue
-        out.setdefault(_content_key(t.detach().numpy()), set()).add(d)
-    return out
+        if t is not None and d is not None and not t.dtype.is_floating_point:
+            out.append(Constant(src.name, _content_key(t.detach().numpy()), d))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
 class Reference:
     """What the PT2E program a .pte was lowered from declares, for its TOSA payloads:
-    its quantized constants by content and its activations."""
+    its quantized constants and its activations."""
 
-    constants: dict[tuple[int, bytes], set[Domain]]
+    constants: tuple[Constant, ...]
     activations: tuple[Activation, ...]
 
 
@@ -1196,19 +1204,26 @@ def reference(ep: Any) -> Reference:
     return Reference(constant_domains(ep), tuple(partition_anchors(ep).activations))
 
 
-def link_constants(
-    prog: TosaProgram, table: dict[tuple[int, bytes], set[Domain]], skip: Iterable[str] = ()
-) -> dict[str, Domain]:
-    """Each integer constant of the artifact whose values are those of exactly
-    one quantized constant in `table` (with one domain), linked to that domain.
-    Ambiguous matches anchor nothing."""
+def link_constants(prog: TosaProgram, constants: Iterable[Constant], skip: Iterable[str] = ()) -> dict[str, Domain]:
+    """Each integer constant of the artifact, linked to the domain of the
+    quantized constant it is: the one with its name and its values, else the
+    one constant with its values (in any order: TOSA permutes weights and packs
+    int4). A single value, or values several constants share with different
+    domains, anchor nothing by content: a coincidence is too likely."""
+    by_name = {c.name: c for c in constants}
+    by_key: dict[tuple[int, bytes], set[Domain]] = {}
+    for c in constants:
+        by_key.setdefault(c.key, set()).add(c.domain)
     out: dict[str, Domain] = {}
     skip = set(skip)
     for name, t in prog.tensors.items():
         if name in skip or t.data is None or t.dtype not in ("INT8", "INT16", "INT32", "INT4"):
             continue
-        doms = table.get(_content_key(t.data), set())
-        if len(doms) == 1:
+        key = _content_key(t.data)
+        named = by_name.get(name)
+        if named is not None and named.key == key:
+            out[name] = named.domain
+        elif key[0] > 1 and len(doms := by_key.get(key, set())) == 1:
             out[name] = next(iter(doms))
     return out
 
@@ -1217,8 +1232,8 @@ def _match_by_content(a: Anchors, declared: dict[str, Domain], ep: Any, prog: To
     """Rewritten weights (``…_weight_ohwi`` of a linear the backend made a conv)
     keep no PT2E name, but they are a permutation of a quantized parameter:
     link each unnamed constant to the one parameter with the same values."""
-    table = constant_domains(ep, only={n for n in ph_names(ep) if n in declared})
-    a.consts.update(link_constants(prog, table, skip=a.consts))
+    constants = constant_domains(ep, only={n for n in ph_names(ep) if n in declared})
+    a.consts.update(link_constants(prog, constants, skip=a.consts))
 
 
 def _plain(getitems: list[Any], dtype: str) -> bool:
