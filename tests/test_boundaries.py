@@ -37,12 +37,14 @@ def test_float_fed_to_an_int8_partition_input_is_a_delegate_dtype_mismatch(built
     call.args = (call.args[0], q.args[0])
     ep.graph.eliminate_dead_code()
     ep.graph_module.recompile()
+    # the partition's first user input (named like the parent's quantize only when nothing renamed either)
+    ph = getattr(ep.graph_module, call.args[0].target).original_module.graph_signature.user_inputs[0]
 
     r = qflow.analyze(broken)
     [f] = _kind(r)
     assert not r.proved and f.severity == "error"
-    assert f.node == f"lowered_module_0/{q.name}"  # the partition placeholder
-    for part in ("executorch_call_delegate input 0", f"placeholder {q.name}", "TOSA flatbuffer"):
+    assert f.node == f"lowered_module_0/{ph}"  # the partition placeholder
+    for part in ("executorch_call_delegate input 0", f"placeholder {ph}", "TOSA flatbuffer"):
         assert part in f.message
     assert "expects int8" in f.message and "feeds float32" in f.message and "factor 4" in f.message
     # the TOSA reference model refuses it: 4 bytes per element where 1 is expected

@@ -20,7 +20,8 @@ from qflow.graph import DomainGraph, Obligation, ObligationKind
 from qflow.ops import base_name
 from qflow.targets import Fusion, Target
 
-_PRODUCERS = frozenset({"conv1d", "conv2d", "conv3d", "convolution", "linear"})
+#: The ops a fusing target (Arm FuseQuantizedActivationPass) folds the next activation into.
+PRODUCERS = frozenset({"conv1d", "conv2d", "conv3d", "convolution", "linear"})
 #: The ops `bounds` knows: any other node is no clamp (checked before anything else).
 BOUNDED = frozenset({"relu", "relu_", "relu6", "hardtanh", "hardtanh_", "clamp", "clamp_"})
 
@@ -110,7 +111,7 @@ def domain_through(node: fx.Node) -> tuple[fx.Node, Domain] | None:
     from qflow.integrations.fx import quant_args_domain, target_name
     from qflow.ops import OpClass, classify
 
-    if base_name(target_name(node)) not in _PRODUCERS:
+    if base_name(target_name(node)) not in PRODUCERS:
         return None
     user = node
     for _ in range(8):

@@ -33,11 +33,11 @@ from qflow.graph import (
     Value,
     float_fact,
 )
-from qflow.integrations import activations, copy_chains, delegate
+from qflow.integrations import activations, copy_chains, delegate, masked
 from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify
 from qflow.targets import OpRule, Target
 from qflow.targets import get as get_target
-from qflow.targets.contract import STRICTNESS
+from qflow.targets.contract import STRICTNESS, Outcome
 
 FORMS = ("qdq", "folded", "lowered")
 
@@ -416,6 +416,8 @@ class FxAdapter:
                 continue  # torch.export's _guards_fn and similar
             self._add(node)
         self.dg.settle_inputs("integer graph input")
+        if self._carry and not self.target.members and self.target.outcome is Outcome.MISCOMPILE:
+            masked.let_go(self.gm, self.dg)
         return self.dg
 
     def _value(self, node: fx.Node, op_class: OpClass, d: Definition, claim: Domain | None = None) -> None:

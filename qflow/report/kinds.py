@@ -66,6 +66,17 @@ KINDS: dict[str, Kind] = {
             "Nothing to fix. To make the program plain, give the intermediate quantize the domain A.",
         ),
         Kind(
+            "masked-by-constant",
+            "info",
+            "a branch no output depends on: it ends in an activation that is constant",
+            "A relu / hardtanh / clamp reads a domain whose every code lies beyond one of its bounds (a "
+            "relu after a tensor whose zero point is the top code), so it outputs one value whatever its "
+            "input. Values that reach the outputs only through it cannot make them wrong; their requant "
+            "obligations, which on this target would only make values wrong, are not needed.",
+            "Nothing to fix for correctness. The branch computes a constant: remove it, or check that "
+            "its calibration saw the data it was meant to.",
+        ),
+        Kind(
             "dropped-scale",
             "error",
             "the target applies only the zero points across this op",

@@ -591,6 +591,9 @@ class Interpreter:
             hi = int(np.frombuffer(op.attrs["max_bytes"], fmt)[0]) if fmt and op.attrs.get("max_bytes") else None
             if lo is not None and hi is not None and not src.raw:  # a clamp of plain integers is no activation
                 self.clamps.append((op, src, lo, hi))
+                same = [a for a in self.a.activations if _same_constant(a, lo, hi, src)]
+                if same:  # one code, one value: the codes are in the activation's domain as much as in src's
+                    self.dom[op.outputs[0]] = replace_dtype(_dom_of(same[0].domain), self.out_dtype(op))
 
     def op_CONCAT(self, op: TosaOp) -> None:  # noqa: N802
         self.same_domain(op, op.outputs[0])
@@ -880,14 +883,9 @@ class Interpreter:
     def activations(self) -> None:
         """Each CLAMP must be an activation the PT2E program asked for; each
         activation that cuts into the code range must have its CLAMP."""
-        from qflow.integrations.activations import code, exact
+        from qflow.integrations.activations import exact
 
-        def bounds(act: Activation, d: Domain) -> tuple[int, int]:
-            # a bound beyond the code range saturates (hardtanh(2, 3) on a grid that ends at 1.5 is all qmax)
-            lo = max(d.qmin, int(code(d, act.lo, -math.inf))) if act.lo is not None else d.qmin
-            hi = min(d.qmax, int(code(d, act.hi, math.inf))) if act.hi is not None else d.qmax
-            return min(lo, d.qmax), max(hi, d.qmin)
-
+        bounds = _code_bounds
         realised: set[int] = set()
         unknown: list[TosaOp] = []
         for op, src, lo, hi in self.clamps:
@@ -900,7 +898,8 @@ class Interpreter:
             hits = [
                 k
                 for k, a in enumerate(self.a.activations)
-                if _same_grid(a.domain, src) and (lo, hi) in (bounds(a, d), bounds(a, a.domain))
+                if (_same_grid(a.domain, src) and (lo, hi) in (bounds(a, d), bounds(a, a.domain)))
+                or _same_constant(a, lo, hi, src)
             ]
             full = (lo, hi) == _RANGE.get(d.dtype)
             realised.update(hits)
@@ -964,6 +963,30 @@ class Interpreter:
             ok = dt_ok and d.zp == zp and _scale_ok(d.scale, expected.scale, max(d.tol, 1e-5), span)  # type: ignore[arg-type]
             self.check(edge, ok, f"output {i} ({name}) holds codes in {d}; {where} reads them in {expected}",
                        d, expected)  # fmt: skip
+
+
+def _code_bounds(act: Activation, d: Domain) -> tuple[int, int]:
+    """An activation's bounds quantized in `d`; a bound beyond the code range saturates
+    (hardtanh(2, 3) on a grid that ends at 1.5 is all qmax)."""
+    from qflow.integrations.activations import code
+
+    lo = max(d.qmin, int(code(d, act.lo, -math.inf))) if act.lo is not None else d.qmin
+    hi = min(d.qmax, int(code(d, act.hi, math.inf))) if act.hi is not None else d.qmax
+    return min(lo, d.qmax), max(hi, d.qmin)
+
+
+def _same_constant(act: Activation, lo: int, hi: int, src: Dom) -> bool:
+    """A CLAMP to one code outputs one value whatever it reads. It realises an
+    activation whose bounds are that one code and whose value it is, on any grid
+    (the relu after a neg whose scale Arm drops, when the relu outputs 0 for every
+    code: masked-by-constant)."""
+    d = act.domain
+    if lo != hi or src.scale is None or src.zp is None or isinstance(src.scale, tuple) or d.per_channel:
+        return False
+    if _code_bounds(act, d) != (lo, hi):
+        return False
+    mine, theirs = (lo - src.zp) * src.scale, (lo - d.zero_point) * d.scale  # type: ignore[operator]
+    return abs(mine - theirs) <= 1e-6 * max(abs(mine), abs(theirs))
 
 
 def _same_grid(a: Domain | None, b: Dom | None) -> bool:
