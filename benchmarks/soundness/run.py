@@ -9,7 +9,9 @@ Cases run in a worker subprocess (one batch of ids per worker; imports cost
 ~10 s) that appends one JSON line per case to the results file as it goes.
 A case that hangs is stopped by an alarm inside the worker (`--time-limit`);
 a worker that dies or overruns is killed, its case recorded as `crash` /
-`timeout`, and a fresh worker resumes with the rest. Cases already in the
+`timeout` (or as `run-failed` when it died running the lowered program on the
+backend: the TOSA reference model aborts the process on some invalid graphs),
+and a fresh worker resumes with the rest. Cases already in the
 results file are skipped, so an interrupted campaign resumes where it stopped.
 """
 
@@ -71,6 +73,7 @@ def worker(ids: list[str], out: Path, time_limit: int) -> None:
     signal.signal(signal.SIGALRM, on_alarm)
     for cid in ids:
         print(f"[worker] {cid}", file=sys.stderr, flush=True)
+        case.CHECKPOINT = _checkpoint(out, cid)
         signal.alarm(time_limit)
         try:
             rec = case.run_case(cid)
@@ -81,6 +84,24 @@ def worker(ids: list[str], out: Path, time_limit: int) -> None:
         finally:
             signal.alarm(0)
         _append(out, rec)
+        case.CHECKPOINT.unlink(missing_ok=True)
+
+
+def _checkpoint(out: Path, cid: str) -> Path:
+    return out.parent / f".{out.name}.{cid}.partial"
+
+
+def _died(out: Path, cid: str, status: str) -> dict:
+    """The record of a case whose worker died: the backend's run failure when the
+    case got as far as running the lowered program (its checkpoint), else `status`."""
+    path = _checkpoint(out, cid)
+    if status != "crash" or not path.exists():
+        path.unlink(missing_ok=True)
+        return {"id": cid, "outcome": status, "error": "worker exited"}
+    rec = json.loads(path.read_text())
+    path.unlink()
+    rec.update(outcome="run-failed", error="the backend aborted the worker process while running the lowered program")
+    return rec
 
 
 def _run_chunk(chunk: list[str], out: Path, time_limit: int, log: Path | None, env: dict[str, str]) -> None:
@@ -101,7 +122,7 @@ def _run_chunk(chunk: list[str], out: Path, time_limit: int, log: Path | None, e
         have = done_ids(out)
         missing = [c for c in todo if c not in have]
         if missing:  # the worker died on missing[0]: record it, resume after it
-            _append(out, {"id": missing[0], "outcome": status, "error": "worker exited"})
+            _append(out, _died(out, missing[0], status))
         todo = [c for c in todo if c not in done_ids(out)]
 
 
