@@ -112,9 +112,10 @@ def let_go(gm: fx.GraphModule, dg: DomainGraph) -> None:
         and v.definition.domain is not None
         and not v.definition.domain.is_float
     }
+    quantizes = {v.name for v in dg.values() if v.op_class is OpClass.QUANTIZE}
     for c in constants(gm, domain_of):
         dead = _dead(gm, {c.node})
-        region = {domain_of[n].dtype for n in dead if n in domain_of}
+        region = {domain_of[n].dtype for n in dead if n in quantizes}  # weights and biases keep their dtypes
         if region - {c.domain.dtype}:
             continue
         gone = [

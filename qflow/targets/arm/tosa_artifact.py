@@ -593,7 +593,9 @@ class Interpreter:
                 self.clamps.append((op, src, lo, hi))
                 same = [a for a in self.a.activations if _same_constant(a, lo, hi, src)]
                 if same:  # one code, one value: the codes are in the activation's domain as much as in src's
-                    self.dom[op.outputs[0]] = replace_dtype(_dom_of(same[0].domain), self.out_dtype(op))
+                    mine = self.node_of(op)
+                    act = next((a for a in same if a.node == mine), same[0])
+                    self.dom[op.outputs[0]] = replace_dtype(_dom_of(act.domain), self.out_dtype(op))
 
     def op_CONCAT(self, op: TosaOp) -> None:  # noqa: N802
         self.same_domain(op, op.outputs[0])
