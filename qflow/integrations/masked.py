@@ -62,7 +62,7 @@ def constant_value(lo: float | None, hi: float | None, d: Domain) -> float | Non
     return None
 
 
-def constants(gm: fx.GraphModule, domain_of: dict[str, Domain]) -> list[Constant]:
+def constants(candidates: list[fx.Node], domain_of: dict[str, Domain]) -> list[Constant]:
     """The standalone activations that read a DQ and are constant over its dtype.
 
     A clamp the target fuses with a neighbour (into a conv's rescale, or with
@@ -70,8 +70,8 @@ def constants(gm: fx.GraphModule, domain_of: dict[str, Domain]) -> list[Constant
     from qflow.integrations.fx import target_name
 
     out = []
-    for node in gm.graph.nodes:
-        b = activations.bounds(node) if node.op == "call_function" else None
+    for node in candidates:
+        b = activations.bounds(node)
         dq = node.args[0] if b is not None and node.args else None
         if not isinstance(dq, fx.Node) or not is_dequantize(dq) or dq.name not in domain_of:
             continue
@@ -104,16 +104,22 @@ def _dead(gm: fx.GraphModule, stops: set[fx.Node]) -> set[str]:
 def let_go(gm: fx.GraphModule, dg: DomainGraph) -> None:
     """Replace the maskable obligations behind constant activations by one
     info finding per activation (a structural obligation that holds)."""
-    domain_of = {
-        v.name: v.definition.domain
-        for v in dg.values()
-        if v.op_class in (OpClass.QUANTIZE, OpClass.DEQUANTIZE)
-        and v.definition.kind is DefKind.FACT
-        and v.definition.domain is not None
-        and not v.definition.domain.is_float
-    }
-    quantizes = {v.name for v in dg.values() if v.op_class is OpClass.QUANTIZE}
-    for c in constants(gm, domain_of):
+    domain_of: dict[str, Domain] = {}
+    quantizes: set[str] = set()
+    acts: set[str] = set()
+    for v in dg.values():  # one pass: this runs on every program read for a single target
+        if v.op_class is OpClass.ACTIVATION:
+            acts.add(v.name)
+        elif v.op_class in (OpClass.QUANTIZE, OpClass.DEQUANTIZE):
+            if v.op_class is OpClass.QUANTIZE:
+                quantizes.add(v.name)
+            d = v.definition
+            if d.kind is DefKind.FACT and d.domain is not None and not d.domain.is_float:
+                domain_of[v.name] = d.domain
+    if not acts:
+        return
+    nodes = [n for n in gm.graph.nodes if n.name in acts]
+    for c in constants(nodes, domain_of):
         dead = _dead(gm, {c.node})
         region = {domain_of[n].dtype for n in dead if n in quantizes}  # weights and biases keep their dtypes
         if region - {c.domain.dtype}:
@@ -125,7 +131,8 @@ def let_go(gm: fx.GraphModule, dg: DomainGraph) -> None:
         ]
         if not gone:
             continue
-        dg.obligations = [ob for ob in dg.obligations if all(ob is not g for g in gone)]
+        ids = {id(ob) for ob in gone}
+        dg.obligations = [ob for ob in dg.obligations if id(ob) not in ids]
         where = ", ".join(sorted({f"{ob.finding_kind} at {ob.node}" for ob in gone}))
         dg.oblige(
             Obligation(
