@@ -117,6 +117,7 @@ def a8w4() -> dict[str, tuple]:
     for name, model, x in (
         ("linear", nn.Linear(10, 15), (torch.randn(1, 10),)),
         ("conv", nn.Conv2d(3, 5, 3), (torch.randn(1, 3, 8, 8),)),
+        ("grouped_conv", nn.Conv2d(4, 6, 3, groups=2), (torch.randn(1, 4, 8, 8),)),
     ):
         config = get_symmetric_a8w4_quantization_config(is_per_channel=True)
         converted = arm.quantize(model.eval(), x, spec=spec, config=config)
@@ -139,6 +140,25 @@ def test_int4_weights_are_read_and_the_artifact_proves(a8w4, name) -> None:
     codes = getattr(converted, dq.args[0].target)  # the int8-held weight codes in [-7, 7]
     flat = codes.permute(0, 2, 3, 1) if codes.dim() == 4 else codes  # TOSA weights are OHWI
     assert np.array_equal(w.data, flat.reshape(-1).numpy())
+
+
+def test_a_grouped_conv_split_per_group_takes_its_channels_scales(a8w4) -> None:
+    """Arm lowers a grouped conv as one CONV2D per group, each with a slice of
+    the int4 weight that no PT2E parameter is: each slice is linked to the
+    scales of its run of output channels (it was unproven before)."""
+    converted, lowered, x = a8w4["grouped_conv"]
+    [out] = arm.run_tosa_reference(lowered, x)
+    assert (out - converted(*x)).abs().max() == 0
+    prog = ta.read(lowered.exported_program().graph_module.lowered_module_0.processed_bytes)
+    convs = [op for op in prog.ops if op.op == "CONV2D"]
+    assert len(convs) == 2 and all(prog.tensors[op.inputs[1]].shape[0] == 3 for op in convs)
+    assert qflow.analyze(lowered).proved
+    dq = next(n for n in converted.graph.nodes if "dequantize_per_channel" in str(n.target))
+    scales = getattr(converted, dq.args[1].target).tolist()
+    consts = ta.constant_domains(lowered.exported_program().graph_module.lowered_module_0.original_module)
+    linked = ta.link_constants(prog, consts)
+    for k, op in enumerate(convs):
+        assert list(linked[op.inputs[1]].scale) == pytest.approx(scales[3 * k : 3 * k + 3])
 
 
 # --------------------------------------------------------------------------

@@ -1185,13 +1185,21 @@ def _content_key(values: np.ndarray) -> tuple[int, bytes]:
     return int(values.size), np.sort(values.astype(np.int64).reshape(-1)).tobytes()
 
 
+def _channel_keys(values: np.ndarray, channels: int) -> tuple[bytes, ...]:
+    """Each output channel's values up to order (axis 0: OIHW in PT2E, OHWI in TOSA)."""
+    rows = values.astype(np.int64).reshape(channels, -1)
+    return tuple(np.sort(r).tobytes() for r in rows)
+
+
 @dataclass(frozen=True)
 class Constant:
-    """A quantized constant of a Q/DQ program: its name, its values up to order, its domain."""
+    """A quantized constant of a Q/DQ program: its name, its values up to order, its domain,
+    and for a per-channel weight (axis 0) each output channel's values up to order."""
 
     name: str
     key: tuple[int, bytes]
     domain: Domain
+    channels: tuple[bytes, ...] = ()
 
 
 def constant_domains(ep: Any, only: set[str] | None = None) -> tuple[Constant, ...]:
@@ -1212,7 +1220,9 @@ def constant_domains(ep: Any, only: set[str] | None = None) -> tuple[Constant, .
         t = consts.tensor(src)
         d = _qdq(n, consts)
         if t is not None and d is not None and not t.dtype.is_floating_point:
-            out.append(Constant(src.name, _content_key(t.detach().numpy()), d))
+            v = t.detach().numpy()
+            rows = _channel_keys(v, v.shape[0]) if d.per_channel and d.axis == 0 and v.ndim >= 2 else ()
+            out.append(Constant(src.name, _content_key(v), d, rows))
     return tuple(out)
 
 
@@ -1250,7 +1260,26 @@ def link_constants(prog: TosaProgram, constants: Iterable[Constant], skip: Itera
             out[name] = named.domain
         elif key[0] > 1 and len(doms := by_key.get(key, set())) == 1:
             out[name] = next(iter(doms))
+        elif key[0] > 1 and len(t.shape) >= 2 and (part := _channel_run(t, constants)) is not None:
+            out[name] = part
     return out
+
+
+def _channel_run(t: TosaTensor, constants: Iterable[Constant]) -> Domain | None:
+    """A weight the backend split by output channels (Arm decomposes a grouped
+    conv into one CONV2D per group): the domain of the one run of consecutive
+    channels of one per-channel weight whose values it holds, channel by
+    channel. Several runs with different scales anchor nothing."""
+    keys = _channel_keys(t.data, t.shape[0])  # type: ignore[arg-type]
+    m, found = len(keys), set()
+    for c in constants:
+        for k in range(len(c.channels) - m + 1):
+            if m < len(c.channels) and c.channels[k : k + m] == keys:
+                d = c.domain
+                found.add(
+                    Domain.quantized(d.dtype, d.scale[k : k + m], d.zero_point[k : k + m], d.qmin, d.qmax, axis=0)  # type: ignore[index]
+                )
+    return next(iter(found)) if len(found) == 1 else None
 
 
 def _match_by_content(a: Anchors, declared: dict[str, Domain], ep: Any, prog: TosaProgram) -> None:
