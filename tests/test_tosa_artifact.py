@@ -12,6 +12,7 @@ import copy
 import re
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
@@ -142,6 +143,26 @@ def test_int4_weights_are_read_and_the_artifact_proves(a8w4, name) -> None:
     assert np.array_equal(w.data, flat.reshape(-1).numpy())
 
 
+def int_fp_program() -> tuple[Any, tuple]:
+    """The MLP example lowered for TOSA-1.0+INT+FP: its boundary quantize and
+    dequantize are float arithmetic inside the delegate."""
+    from qflow.examples.models import MODELS
+
+    ex = MODELS["linear_per_channel"]()
+    converted = arm.quantize(ex.model, ex.inputs, spec="TOSA-1.0+INT+FP")
+    return arm.lower(converted, ex.inputs, spec="TOSA-1.0+INT+FP"), ex.inputs
+
+
+def test_an_int_fp_partitions_float_quantize_and_dequantize_are_read() -> None:
+    lowered, inputs = int_fp_program()
+    prog = ta.read(lowered.exported_program().graph_module.lowered_module_0.processed_bytes)
+    assert [prog.tensors[n].dtype for n in (*prog.inputs, *prog.outputs)] == ["FP32", "FP32"]
+    assert {"FLOOR", "CEIL", "SELECT", "CAST"} <= {op.op for op in prog.ops}
+    r = ta.analyze_artifact(lowered)
+    assert r.proved and r.obligations["unproven"] == 0
+    assert not any("TOSA artifact not checked" in n for n in qflow.analyze(lowered).notes)
+
+
 def test_a_grouped_conv_split_per_group_takes_its_channels_scales(a8w4) -> None:
     """Arm lowers a grouped conv as one CONV2D per group, each with a slice of
     the int4 weight that no PT2E parameter is: each slice is linked to the
@@ -184,7 +205,7 @@ class Mutant:
     buf: bytes
 
 
-def _patch(buf: bytearray, pos: int, fmt: str, value: int) -> bytes:
+def _patch(buf: bytearray, pos: int, fmt: str, value: float) -> bytes:
     out = bytearray(buf)
     struct.pack_into(fmt, out, pos, value)
     return bytes(out)
@@ -202,10 +223,13 @@ def _wrap(v: int, dtype: str) -> int:
 def mutants(buf: bytes) -> list[Mutant]:
     """Single edits: RESCALE multiplier/shift/zero points, a neutralised RESCALE
     (multiplier 2^30, shift 30, zero points 0: the codes pass unconverted), conv
-    and matmul zero points, CLAMP bounds, TABLE entries, PAD constants."""
+    and matmul zero points, CLAMP bounds, TABLE entries, PAD constants, and in an
+    INT+FP partition the scale, zero point and rounding constants of its float
+    quantize / dequantize."""
     prog = ta.read(buf)
     b = bytearray(buf)
     out: list[Mutant] = []
+    seen: set[str] = set()  # a constant two ops read (the ± 0.5 of a rounding) is mutated once
 
     def scalar(name: str, delta: int, what: str, k: int = 0) -> None:
         t = prog.tensors[name]
@@ -249,6 +273,22 @@ def mutants(buf: bytes) -> list[Mutant]:
             scalar(op.inputs[2], 3, f"{tag} output_zp +3")
         elif op.op == "PAD" and len(op.inputs) > 2:
             scalar(op.inputs[2], 5, f"{tag} pad_const +5")
+        elif op.op in ("MUL", "ADD", "SUB"):  # INT+FP: the boundary quantize / dequantize in float
+            for name in op.inputs[:2]:
+                t = prog.tensors[name]
+                if t.data_pos is None or t.data is None or t.data.size != 1 or name in seen:
+                    continue
+                seen.add(name)
+                if t.dtype == "FP32":
+                    v, mul = float(t.data[0]), op.op == "MUL"
+                    what = f"{tag} {name} {'x1.25' if mul else '+3'}"
+                    out.append(Mutant(what, _patch(b, t.data_pos, "<f", v * 1.25 if mul else v + 3)))
+                elif t.dtype == "INT32" and op.op == "SUB":  # the dequantize's zero point
+                    out.append(Mutant(f"{tag} {name} +3", _patch(b, t.data_pos, "<i", int(t.data[0]) + 3)))
+        elif op.op == "CLAMP" and len(op.attrs["min_bytes"]) == 4:  # float: the quantize's code range
+            lo, hi = (struct.unpack("<f", op.attrs[k])[0] for k in ("min_bytes", "max_bytes"))
+            out.append(Mutant(f"{tag} min +5", _patch(b, op.attrs["min_pos"], "<f", lo + 5)))
+            out.append(Mutant(f"{tag} max -5", _patch(b, op.attrs["max_pos"], "<f", hi - 5)))
         elif op.op == "CLAMP":
             fmt = "<b" if len(op.attrs["min_bytes"]) == 1 else "<h"
             lo = struct.unpack(fmt, op.attrs["min_bytes"])[0]
@@ -276,6 +316,7 @@ def _mutation_models(built, a8w4):
     yield "pad_conv_pool", extra, x
     for name, (_, lowered, inputs) in a8w4.items():
         yield f"a8w4_{name}", lowered, inputs
+    yield "int_fp_linear_per_channel", *int_fp_program()
     for name in ("seed000_control", "conv_bn_relu6_residual", "conv_cat_skip", "attention", "mixed_a16w8"):
         b = built(name)
         yield name, b.lowered, b.inputs

@@ -113,11 +113,8 @@ def add_artifact_evidence(dg: Any, gm: fx.GraphModule, call: fx.Node, lowered: A
         return
     from qflow.targets.arm import tosa_artifact
 
-    checks = tosa_artifact.check_delegate(gm, call, lowered, integer_io_only=True)
-    if checks is None:  # INT+FP: the boundary Q/DQ became float arithmetic qflow does not read
-        dg.notes.append(
-            f"{call.name}: TOSA artifact not checked by default (float IO or no TOSA flatbuffer; "
-            "tosa_artifact.analyze_artifact reads it)"
-        )
+    checks = tosa_artifact.check_delegate(gm, call, lowered)
+    if checks is None:
+        dg.notes.append(f"{call.name}: TOSA artifact not checked (no TOSA flatbuffer in the payload)")
         return
     tosa_artifact.add_evidence(dg, prefix, call.name, checks)

@@ -359,6 +359,8 @@ _SAME_DOMAIN = {"ADD", "SUB", "MAXIMUM", "MINIMUM"}
 _COMPARE = {"EQUAL", "GREATER", "GREATER_EQUAL"}
 _CONV = {"CONV2D", "DEPTHWISE_CONV2D", "TRANSPOSE_CONV2D", "CONV3D"}
 _NO_DATA = {"CONST", "CONST_SHAPE"}
+_AFFINE = {"ADD", "SUB", "MUL"}
+_FLOAT = {"FP32", "FP16", "BF16"}
 
 #: PT2E ops (base names) each TOSA operator is lowered from, for attribution only.
 _PT2E_OPS = {
@@ -429,6 +431,10 @@ class Interpreter:
         self.why: dict[str, str] = {}  # tensor → why its scale is unknown
         self.checks: list[Check] = []
         self.clamps: list[tuple[TosaOp, Dom, int, int]] = []
+        self.float_clamps: dict[str, tuple[float, float]] = {}  # float CLAMP output → its bounds
+        #: float tensors computed from integer codes (a dequantize inside an INT+FP partition): their
+        #: meaning must be known for an output to be proved, unlike a float computation's own results
+        self.dequantized: set[str] = set()
         self._prod = prog.producer()
         self._cons: dict[str, list[TosaOp]] = {}
         for op in prog.ops:
@@ -556,6 +562,11 @@ class Interpreter:
 
     def _step(self, op: TosaOp) -> None:
         handler = getattr(self, f"op_{op.op}", None)
+        if op.op in _AFFINE and self.affine(op):
+            return
+        if op.op in _COMPARE and self._scalar_operand(op) is not None:
+            self.dom[op.outputs[0]] = Dom("bool", 1.0, 0)  # a sign test of the boundary's rounding
+            return
         if op.op in _COPY:
             self.copy(op)
         elif op.op in _SAME_DOMAIN:
@@ -582,9 +593,14 @@ class Interpreter:
     def copy(self, op: TosaOp) -> None:
         src = self.get(op.inputs[0])
         self.dom[op.outputs[0]] = replace_dtype(src, self.out_dtype(op), keep_unsigned=True)
+        if op.inputs[0] in self.dequantized:
+            self.dequantized.add(op.outputs[0])
         if op.inputs[0] in self.why:
             self.why[op.outputs[0]] = self.why[op.inputs[0]]
-        if op.op == "CLAMP":
+        if op.op == "CLAMP" and self.p.tensors[op.inputs[0]].dtype in _FLOAT:
+            lo, hi = (float(np.frombuffer(op.attrs[k], "<f4")[0]) for k in ("min_bytes", "max_bytes"))
+            self.float_clamps[op.outputs[0]] = (lo, hi)
+        elif op.op == "CLAMP":
             t = self.p.tensors[op.inputs[0]]
             fmt = _NP.get(t.dtype)
             lo = int(np.frombuffer(op.attrs["min_bytes"], fmt)[0]) if fmt and op.attrs.get("min_bytes") else None
@@ -805,11 +821,106 @@ class Interpreter:
         self.copy(op)
 
     def op_CAST(self, op: TosaOp) -> None:  # noqa: N802
-        src_t, dst_t = self.p.tensors[op.inputs[0]].dtype, self.p.tensors[op.outputs[0]].dtype
-        if src_t.startswith("INT") and dst_t.startswith("INT"):
-            self.copy(op)
+        x, out = op.inputs[0], op.outputs[0]
+        src_t, dst_t = self.p.tensors[x].dtype, self.p.tensors[out].dtype
+        src = self.get(x)
+        if src_t.startswith("INT") and dst_t.startswith("INT") or dst_t in _FLOAT:
+            self.copy(op)  # the values are kept: v = r/s + z holds with the same s, z
+            if dst_t in _FLOAT and (src_t not in _FLOAT or x in self.dequantized):
+                self.dequantized.add(out)
+        elif src_t in _FLOAT and src.scale is not None and src.zp is not None:
+            self.quantize_cast(op, src)
         else:
-            self.unknown(op.outputs[0], self.out_dtype(op), f"CAST {src_t} → {dst_t} leaves the integer domains")
+            self.unknown(out, self.out_dtype(op), self.why.get(x, f"CAST {src_t} → {dst_t}: its input is not known"))
+
+    def quantize_cast(self, op: TosaOp, src: Dom) -> None:
+        """The end of a quantize in float (INT+FP): the values must already be
+        rounded onto integer codes (z a whole number) and clamped to the code
+        range; then the integers are the codes of (s, z)."""
+        x, out = op.inputs[0], op.outputs[0]
+        dtype = self.out_dtype(op)
+        z = float(src.zp)  # type: ignore[arg-type]
+        if abs(z - round(z)) > 1e-3:
+            self.check(op, False, f"CAST to {dtype} of {x}: its values are codes offset by {z - round(z):+.3g} "
+                                  "of a code (the rounding before it is missing or moved)")  # fmt: skip
+        lo, hi = _RANGE[dtype] if dtype in _RANGE else (None, None)
+        bounds = self.float_clamps.get(x)
+        if bounds is None or lo is None:
+            self.check(op, None, f"CAST to {dtype} of {x}: no CLAMP to the code range before it")
+        else:
+            ok = bounds[1] == hi and bounds[0] in (lo, lo + 1)  # qmin may be the symmetric one
+            self.check(op, ok, f"the CLAMP before the CAST to {dtype} keeps [{bounds[0]:g}, {bounds[1]:g}]; "
+                               f"the code range is [{lo}, {hi}]")  # fmt: skip
+        self.dom[out] = Dom(dtype, src.scale, int(round(z)), src.tol)
+
+    # -- INT+FP: the boundary quantize / dequantize as float arithmetic inside the delegate --
+    def _scalar(self, name: str) -> float | None:
+        """The value of a one-element constant no declaration anchors."""
+        if not self._is_const(name) or name in self.a.consts:
+            return None
+        d = self.data(name)
+        return float(d[0]) if d is not None and d.size == 1 else None
+
+    def _scalar_operand(self, op: TosaOp) -> tuple[str, float] | None:
+        """(the tensor, the constant) of a float op with one scalar constant operand."""
+        a, b = op.inputs[:2]
+        if self.p.tensors[a].dtype not in _FLOAT and self.p.tensors[op.outputs[0]].dtype not in _FLOAT:
+            return None
+        if (k := self._scalar(b)) is not None:
+            return a, k
+        if op.op not in ("SUB", *_COMPARE) and (k := self._scalar(a)) is not None:
+            return b, k
+        return None
+
+    def affine(self, op: TosaOp) -> bool:
+        """ADD / SUB / MUL of a value v = r/s + z (r the real number) by a scalar
+        constant, in float (or int32: the dequantize's "− zp"): a new (s, z).
+        The float arithmetic Arm emits for an INT+FP partition's boundary:
+        quantize = x·(1/s), round, + zp, clamp, cast; dequantize = cast, − zp,
+        cast, ·s. False: not this shape (the ordinary rules apply)."""
+        a, b = op.inputs[:2]
+        pair = self._scalar_operand(op)
+        if pair is None and self.p.tensors[op.outputs[0]].dtype == "INT32" and op.op != "MUL":
+            k = self._scalar(b)
+            pair = (a, k) if k is not None and float(k).is_integer() and self.get(a).zp is not None else None
+        if pair is None:
+            return False
+        x, k = pair
+        src = self.get(x)
+        if x in self.dequantized or not self.p.tensors[x].dtype.startswith("FP"):
+            self.dequantized.add(op.outputs[0])
+        if src.scale is None or src.zp is None:
+            self.unknown(op.outputs[0], self.out_dtype(op), self.why.get(x, f"{op.op} #{op.index}: input not known"))
+            return True
+        s, z = src.scale, float(src.zp)
+        if op.op == "MUL":
+            shift = self.scalar(op.inputs[2]) if len(op.inputs) > 2 else 0
+            if k == 0 or shift:
+                self.unknown(op.outputs[0], self.out_dtype(op), f"MUL #{op.index} by {k:g} (shift {shift})")
+                return True
+            s, z = _mul(s, 1.0 / k), z * k
+        else:
+            z = z + k if op.op == "ADD" else z - k
+        zp: Any = int(z) if float(z).is_integer() else z  # a half-code offset on the way to the rounding
+        self.dom[op.outputs[0]] = Dom(self.out_dtype(op), s, zp, src.tol + 1e-7)  # float32 arithmetic
+        return True
+
+    def op_FLOOR(self, op: TosaOp) -> None:  # noqa: N802
+        self._round(op, -0.5)
+
+    def op_CEIL(self, op: TosaOp) -> None:  # noqa: N802
+        self._round(op, 0.5)
+
+    def _round(self, op: TosaOp, shift: float) -> None:
+        """FLOOR lands half a code below on average, CEIL half above: with the
+        ± 0.5 before them they are TOSA's round half away from zero, and z is
+        back on the codes; without, z is off by half a code."""
+        src = self.get(op.inputs[0])
+        if src.scale is None or src.zp is None:
+            self.copy(op)
+            return
+        z = float(src.zp) + shift
+        self.dom[op.outputs[0]] = Dom(src.dtype, src.scale, int(z) if z.is_integer() else z, src.tol)  # type: ignore[arg-type]
 
     def op_RESIZE(self, op: TosaOp) -> None:  # noqa: N802
         src = self.get(op.inputs[0])
@@ -951,8 +1062,16 @@ class Interpreter:
                 self.check(edge, None, f"output {i} ({name}): the parent declares no domain for it")
                 continue
             if expected.is_float:
-                ok = d.dtype.startswith("float")
-                self.check(edge, ok, f"output {i} ({name}) writes {d.dtype} codes in {d}, but {where} reads "
+                ok: bool | None = d.dtype.startswith("float")
+                if ok and name in self.dequantized:
+                    # INT+FP: the delegate dequantized inside; its float must be the real number (s 1, z 0)
+                    if d.scale is None or d.zp is None:
+                        self.check(edge, None, f"output {i} ({name}) is dequantized inside the delegate, but "
+                                               f"{self.why.get(name, 'its scale is not known')}")  # fmt: skip
+                        continue
+                    scales = d.scale if isinstance(d.scale, tuple) else (d.scale,)
+                    ok = all(abs(x - 1.0) <= max(d.tol, 1e-5) for x in scales) and abs(float(d.zp)) <= 1e-5
+                self.check(edge, ok, f"output {i} ({name}) writes {d.dtype} values in {d}, but {where} reads "
                                      f"{expected.dtype} real numbers", d, FLOAT)  # fmt: skip
                 continue
             if d.scale is None or d.zp is None:
