@@ -226,6 +226,10 @@ class Anchors:
     #: delegate, the CPU): a CLAMP must still be one of them, but one without its CLAMP here is
     #: unproven, not missing; with no list at all (a .pte alone) every CLAMP is unproven
     partition_activations: bool = True
+    #: INT+FP: a float input the delegate quantizes itself → the domain of that quantize
+    float_inputs: dict[str, Domain] = field(default_factory=dict)
+    #: INT+FP: the outputs the partition dequantizes as its last op (the float must be the real number)
+    float_outputs: set[int] = field(default_factory=set)
 
 
 # ---------------------------------------------------------------------------
@@ -435,6 +439,8 @@ class Interpreter:
         #: float tensors computed from integer codes (a dequantize inside an INT+FP partition): their
         #: meaning must be known for an output to be proved, unlike a float computation's own results
         self.dequantized: set[str] = set()
+        #: float tensors on the way from an input to the quantize the delegate applies to it → that input
+        self.prologue: dict[str, str] = {}
         self._prod = prog.producer()
         self._cons: dict[str, list[TosaOp]] = {}
         for op in prog.ops:
@@ -545,6 +551,8 @@ class Interpreter:
                 self.unknown(name, _QDTYPE.get(t.dtype, t.dtype.lower()), f"graph input {name} has no anchor")
                 if d is not None:
                     self.dom[name] = Dom("float32", 1.0, 0)
+                if name in self.a.float_inputs:
+                    self.prologue[name] = name
             else:
                 self.dom[name] = replace(_dom_of(d), raw=name in self.a.raw)
         for op in self.p.ops:
@@ -566,6 +574,12 @@ class Interpreter:
             return
         if op.op in _COMPARE and self._scalar_operand(op) is not None:
             self.dom[op.outputs[0]] = Dom("bool", 1.0, 0)  # a sign test of the boundary's rounding
+            return
+        if op.outputs and op.op not in ("CAST", "FLOOR", "CEIL", "SELECT", *_COPY) and self._float_compute(op):
+            for o in op.outputs:
+                self.unknown(o, self.out_dtype(op), f"{op.op} #{op.index} computes in float (not interpreted)")
+                if any(i in self.dequantized for i in op.inputs):
+                    self.dequantized.add(o)
             return
         if op.op in _COPY:
             self.copy(op)
@@ -595,6 +609,8 @@ class Interpreter:
         self.dom[op.outputs[0]] = replace_dtype(src, self.out_dtype(op), keep_unsigned=True)
         if op.inputs[0] in self.dequantized:
             self.dequantized.add(op.outputs[0])
+        if op.inputs[0] in self.prologue:
+            self.prologue[op.outputs[0]] = self.prologue[op.inputs[0]]
         if op.inputs[0] in self.why:
             self.why[op.outputs[0]] = self.why[op.inputs[0]]
         if op.op == "CLAMP" and self.p.tensors[op.inputs[0]].dtype in _FLOAT:
@@ -648,6 +664,12 @@ class Interpreter:
         return p is not None and p.op == "CONST"
 
     def op_SELECT(self, op: TosaOp) -> None:  # noqa: N802
+        roots = {self.prologue.get(i) for i in op.inputs[1:]}
+        if len(roots) == 1 and None not in roots:  # the rounding's two branches
+            self.prologue[op.outputs[0]] = roots.pop()  # type: ignore[assignment]
+        elif self._float_compute(op):
+            self.unknown(op.outputs[0], self.out_dtype(op), f"SELECT #{op.index} of float values (not interpreted)")
+            return
         self.same_domain(op, op.outputs[0])
 
     def op_RESCALE(self, op: TosaOp) -> None:  # noqa: N802
@@ -828,30 +850,33 @@ class Interpreter:
             self.copy(op)  # the values are kept: v = r/s + z holds with the same s, z
             if dst_t in _FLOAT and (src_t not in _FLOAT or x in self.dequantized):
                 self.dequantized.add(out)
-        elif src_t in _FLOAT and src.scale is not None and src.zp is not None:
-            self.quantize_cast(op, src)
+        elif src_t in _FLOAT and x in self.prologue and src.scale is not None and src.zp is not None:
+            self.quantize_cast(op, src, self.a.float_inputs[self.prologue[x]])
         else:
             self.unknown(out, self.out_dtype(op), self.why.get(x, f"CAST {src_t} → {dst_t}: its input is not known"))
 
-    def quantize_cast(self, op: TosaOp, src: Dom) -> None:
-        """The end of a quantize in float (INT+FP): the values must already be
-        rounded onto integer codes (z a whole number) and clamped to the code
-        range; then the integers are the codes of (s, z)."""
+    def quantize_cast(self, op: TosaOp, src: Dom, want: Domain) -> None:
+        """The end of the quantize an INT+FP delegate applies to a float input:
+        the values must be rounded onto whole codes (z a whole number), clamped
+        to the quantize's code range, and be the codes of its domain."""
         x, out = op.inputs[0], op.outputs[0]
         dtype = self.out_dtype(op)
         z = float(src.zp)  # type: ignore[arg-type]
         if abs(z - round(z)) > 1e-3:
             self.check(op, False, f"CAST to {dtype} of {x}: its values are codes offset by {z - round(z):+.3g} "
                                   "of a code (the rounding before it is missing or moved)")  # fmt: skip
-        lo, hi = _RANGE[dtype] if dtype in _RANGE else (None, None)
         bounds = self.float_clamps.get(x)
-        if bounds is None or lo is None:
+        if bounds is None:
             self.check(op, None, f"CAST to {dtype} of {x}: no CLAMP to the code range before it")
         else:
-            ok = bounds[1] == hi and bounds[0] in (lo, lo + 1)  # qmin may be the symmetric one
+            ok = bounds == (want.qmin, want.qmax)
             self.check(op, ok, f"the CLAMP before the CAST to {dtype} keeps [{bounds[0]:g}, {bounds[1]:g}]; "
-                               f"the code range is [{lo}, {hi}]")  # fmt: skip
-        self.dom[out] = Dom(dtype, src.scale, int(round(z)), src.tol)
+                               f"the quantize's code range is [{want.qmin}, {want.qmax}]")  # fmt: skip
+        got = Dom(dtype, src.scale, int(round(z)), src.tol)
+        self.check(op, _same_grid(want, got) and got.dtype == want.dtype,
+                   f"the delegate quantizes its float input into {got}; the partition quantizes it into {want}",
+                   got, want)  # fmt: skip
+        self.dom[out] = got
 
     # -- INT+FP: the boundary quantize / dequantize as float arithmetic inside the delegate --
     def _scalar(self, name: str) -> float | None:
@@ -880,14 +905,18 @@ class Interpreter:
         cast, ·s. False: not this shape (the ordinary rules apply)."""
         a, b = op.inputs[:2]
         pair = self._scalar_operand(op)
-        if pair is None and self.p.tensors[op.outputs[0]].dtype == "INT32" and op.op != "MUL":
+        if pair is None and op.op != "MUL" and self._to_float(op.outputs[0]):  # the dequantize's "− zp"
             k = self._scalar(b)
-            pair = (a, k) if k is not None and float(k).is_integer() and self.get(a).zp is not None else None
+            pair = (a, k) if k is not None and float(k).is_integer() else None
         if pair is None:
             return False
         x, k = pair
+        if self.p.tensors[x].dtype in _FLOAT and x not in self.prologue and x not in self.dequantized:
+            return False  # float compute of the model itself, not a boundary quantize / dequantize
         src = self.get(x)
-        if x in self.dequantized or not self.p.tensors[x].dtype.startswith("FP"):
+        if x in self.prologue:
+            self.prologue[op.outputs[0]] = self.prologue[x]
+        else:
             self.dequantized.add(op.outputs[0])
         if src.scale is None or src.zp is None:
             self.unknown(op.outputs[0], self.out_dtype(op), self.why.get(x, f"{op.op} #{op.index}: input not known"))
@@ -905,6 +934,21 @@ class Interpreter:
         self.dom[op.outputs[0]] = Dom(self.out_dtype(op), s, zp, src.tol + 1e-7)  # float32 arithmetic
         return True
 
+    def _float_compute(self, op: TosaOp) -> bool:
+        """An op on float values that is no part of a boundary quantize / dequantize."""
+        ins = [i for i in op.inputs if i in self.p.tensors and not self._is_const(i)]
+        return any(self.p.tensors[i].dtype in _FLOAT for i in ins) and not any(i in self.prologue for i in ins)
+
+    def _to_float(self, name: str) -> bool:
+        """An int32 tensor read only by CASTs to float: the middle of a dequantize
+        (an integer ADD/SUB of a constant elsewhere computes a new value, not a new z)."""
+        users = self._cons.get(name, [])
+        return (
+            self.p.tensors[name].dtype == "INT32"
+            and bool(users)
+            and all(u.op == "CAST" and self.p.tensors[u.outputs[0]].dtype in _FLOAT for u in users)
+        )
+
     def op_FLOOR(self, op: TosaOp) -> None:  # noqa: N802
         self._round(op, -0.5)
 
@@ -915,8 +959,11 @@ class Interpreter:
         """FLOOR lands half a code below on average, CEIL half above: with the
         ± 0.5 before them they are TOSA's round half away from zero, and z is
         back on the codes; without, z is off by half a code."""
-        src = self.get(op.inputs[0])
-        if src.scale is None or src.zp is None:
+        x = op.inputs[0]
+        src = self.get(x)
+        if x in self.prologue:
+            self.prologue[op.outputs[0]] = self.prologue[x]
+        if src.scale is None or src.zp is None or x not in self.prologue:
             self.copy(op)
             return
         z = float(src.zp) + shift
@@ -1063,6 +1110,10 @@ class Interpreter:
                 continue
             if expected.is_float:
                 ok: bool | None = d.dtype.startswith("float")
+                if ok and name in self.dequantized and i not in self.a.float_outputs:
+                    self.check(edge, None, f"output {i} ({name}) is float computed from codes after a dequantize "
+                                           "inside the delegate: float compute is not interpreted")  # fmt: skip
+                    continue
                 if ok and name in self.dequantized:
                     # INT+FP: the delegate dequantized inside; its float must be the real number (s 1, z 0)
                     if d.scale is None or d.zp is None:
@@ -1269,6 +1320,11 @@ def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anc
                 d = Domain.quantized(dt, 1.0, 0, *_RANGE[dt])
                 a.raw.add(ph)
         a.inputs[ph] = d
+        qs = list(ph_nodes[ph].users) if ph in ph_nodes else []
+        if d is FLOAT and qs and all(classify(target_name(u)) is OpClass.QUANTIZE for u in qs):
+            doms = {_qdq(u, _Consts(ep.graph_module, ep)) for u in qs}
+            if len(doms) == 1 and None not in doms:
+                a.float_inputs[ph] = doms.pop()  # type: ignore[assignment]
     # outputs: the parent's dequantize of each getitem; else the partition's own output quantize
     outs = ep.graph.output_node().args[0]
     getitems: dict[int, list[Any]] = {}
@@ -1292,6 +1348,8 @@ def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anc
         if exp is None and dt in _RANGE and not getitems.get(i) or exp is None and _plain(getitems.get(i, []), dt):
             exp, where = Domain.quantized(dt, 1.0, 0, *_RANGE[dt]), "the parent graph (plain integer data)"
         a.outputs.append((exp, where))
+        if hasattr(o, "op") and o.op == "call_function" and classify(target_name(o)) is OpClass.DEQUANTIZE:
+            a.float_outputs.add(i)
     return a
 
 
