@@ -115,6 +115,6 @@ def add_artifact_evidence(dg: Any, gm: fx.GraphModule, call: fx.Node, lowered: A
 
     checks = tosa_artifact.check_delegate(gm, call, lowered)
     if checks is None:
-        dg.notes.append(f"{call.name}: TOSA artifact not checked (no TOSA flatbuffer in the payload)")
+        dg.notes.append(f"{call.name}: TOSA artifact not checked (no TOSA flatbuffer, or a float partition)")
         return
     tosa_artifact.add_evidence(dg, prefix, call.name, checks)

@@ -1488,18 +1488,23 @@ def float_io(prog: TosaProgram) -> bool:
     return any(prog.tensors[n].dtype in ("FP32", "FP16", "BF16") for n in (*prog.inputs, *prog.outputs))
 
 
-def check_delegate(gm: Any, call: Any, lowered: Any, integer_io_only: bool = False) -> list[Check] | None:
+def check_delegate(gm: Any, call: Any, lowered: Any) -> list[Check] | None:
     """The artifact checks of one delegate call, or None if it is no TOSA
-    flatbuffer (or, with `integer_io_only`, one with float IO)."""
+    flatbuffer, or a float program that quantizes nothing at its boundary
+    (a float partition: no codes cross it, so there is no domain to prove)."""
     if getattr(lowered, "backend_id", None) not in ("TOSABackend", "VgfBackend"):
         return None
     try:
         prog = read(bytes(lowered.processed_bytes))
     except Exception:  # a VGF blob or another payload: no TOSA flatbuffer to read
         return None
-    if integer_io_only and float_io(prog):
+    anchors = delegate_anchors(gm, call, lowered, prog)
+    quantized_io = any(d is not None and not d.is_float for d in anchors.inputs.values()) or any(
+        d is not None and not d.is_float for d, _ in anchors.outputs
+    )
+    if float_io(prog) and not (quantized_io or anchors.float_inputs or anchors.float_outputs):
         return None
-    return validate(prog, delegate_anchors(gm, call, lowered, prog))
+    return validate(prog, anchors)
 
 
 # ---------------------------------------------------------------------------
@@ -1556,7 +1561,8 @@ def analyze_artifact(obj: Any, name: str = "") -> Any:
             lm = lowered_module(gm, n)
             checks = check_delegate(gm, n, lm) if lm is not None else None
             if checks is None:
-                dg.notes.append(f"{n.name}: {getattr(lm, 'backend_id', '?')} carries no TOSA flatbuffer")
+                backend = getattr(lm, "backend_id", "?")
+                dg.notes.append(f"{n.name}: {backend} carries no TOSA flatbuffer, or is a float partition")
                 continue
             add_evidence(dg, str(n.args[0].name), n.name, checks)
     return analyze_graph(dg, name=name)
