@@ -115,12 +115,13 @@ def a8w4() -> dict[str, tuple]:
 
     torch.manual_seed(4)
     spec, out = "TOSA-1.0+INT+int4", {}
-    for name, model, x in (
-        ("linear", nn.Linear(10, 15), (torch.randn(1, 10),)),
-        ("conv", nn.Conv2d(3, 5, 3), (torch.randn(1, 3, 8, 8),)),
-        ("grouped_conv", nn.Conv2d(4, 6, 3, groups=2), (torch.randn(1, 4, 8, 8),)),
+    for name, model, x, per_channel in (
+        ("linear", nn.Linear(10, 15), (torch.randn(1, 10),), True),
+        ("conv", nn.Conv2d(3, 5, 3), (torch.randn(1, 3, 8, 8),), True),
+        ("grouped_conv", nn.Conv2d(4, 6, 3, groups=2), (torch.randn(1, 4, 8, 8),), True),
+        ("grouped_conv_per_tensor", nn.Conv2d(4, 6, 3, groups=2), (torch.randn(1, 4, 8, 8),), False),
     ):
-        config = get_symmetric_a8w4_quantization_config(is_per_channel=True)
+        config = get_symmetric_a8w4_quantization_config(is_per_channel=per_channel)
         converted = arm.quantize(model.eval(), x, spec=spec, config=config)
         out[name] = (converted, arm.lower(converted, x, spec=spec), x)
     return out
@@ -163,23 +164,27 @@ def test_an_int_fp_partitions_float_quantize_and_dequantize_are_read() -> None:
     assert not any("TOSA artifact not checked" in n for n in qflow.analyze(lowered).notes)
 
 
-def test_a_grouped_conv_split_per_group_takes_its_channels_scales(a8w4) -> None:
+@pytest.mark.parametrize("name", ["grouped_conv", "grouped_conv_per_tensor"])
+def test_a_grouped_conv_split_per_group_takes_its_channels_scales(a8w4, name) -> None:
     """Arm lowers a grouped conv as one CONV2D per group, each with a slice of
     the int4 weight that no PT2E parameter is: each slice is linked to the
-    scales of its run of output channels (it was unproven before)."""
-    converted, lowered, x = a8w4["grouped_conv"]
+    scales of its run of output channels, or to the one scale of a per-tensor
+    weight (both were unproven before)."""
+    converted, lowered, x = a8w4[name]
     [out] = arm.run_tosa_reference(lowered, x)
     assert (out - converted(*x)).abs().max() == 0
     prog = ta.read(lowered.exported_program().graph_module.lowered_module_0.processed_bytes)
     convs = [op for op in prog.ops if op.op == "CONV2D"]
     assert len(convs) == 2 and all(prog.tensors[op.inputs[1]].shape[0] == 3 for op in convs)
     assert qflow.analyze(lowered).proved
-    dq = next(n for n in converted.graph.nodes if "dequantize_per_channel" in str(n.target))
-    scales = getattr(converted, dq.args[1].target).tolist()
     consts = ta.constant_domains(lowered.exported_program().graph_module.lowered_module_0.original_module)
     linked = ta.link_constants(prog, consts)
+    [weight] = [c.domain for c in consts if c.domain.qmax == 7]  # the int4 weight (codes in [-7, 7])
     for k, op in enumerate(convs):
-        assert list(linked[op.inputs[1]].scale) == pytest.approx(scales[3 * k : 3 * k + 3])
+        if name == "grouped_conv":
+            assert list(linked[op.inputs[1]].scale) == pytest.approx(weight.scale[3 * k : 3 * k + 3])
+        else:
+            assert linked[op.inputs[1]] == weight
 
 
 # --------------------------------------------------------------------------

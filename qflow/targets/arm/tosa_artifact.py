@@ -1371,7 +1371,7 @@ def _channel_keys(values: np.ndarray, channels: int) -> tuple[bytes, ...]:
 @dataclass(frozen=True)
 class Constant:
     """A quantized constant of a Q/DQ program: its name, its values up to order, its domain,
-    and for a per-channel weight (axis 0) each output channel's values up to order."""
+    and for a weight (per-tensor, or per-channel on axis 0) each output channel's values up to order."""
 
     name: str
     key: tuple[int, bytes]
@@ -1398,7 +1398,8 @@ def constant_domains(ep: Any, only: set[str] | None = None) -> tuple[Constant, .
         d = _qdq(n, consts)
         if t is not None and d is not None and not t.dtype.is_floating_point:
             v = t.detach().numpy()
-            rows = _channel_keys(v, v.shape[0]) if d.per_channel and d.axis == 0 and v.ndim >= 2 else ()
+            by_rows = v.ndim >= 2 and (not d.per_channel or d.axis == 0)
+            rows = _channel_keys(v, v.shape[0]) if by_rows else ()
             out.append(Constant(src.name, _content_key(v), d, rows))
     return tuple(out)
 
@@ -1445,17 +1446,18 @@ def link_constants(prog: TosaProgram, constants: Iterable[Constant], skip: Itera
 def _channel_run(t: TosaTensor, constants: Iterable[Constant]) -> Domain | None:
     """A weight the backend split by output channels (Arm decomposes a grouped
     conv into one CONV2D per group): the domain of the one run of consecutive
-    channels of one per-channel weight whose values it holds, channel by
-    channel. Several runs with different scales anchor nothing."""
+    channels of one weight whose values it holds, channel by channel (its
+    channels' scales when per-channel). Several runs with different domains
+    anchor nothing."""
     keys = _channel_keys(t.data, t.shape[0])  # type: ignore[arg-type]
     m, found = len(keys), set()
     for c in constants:
         for k in range(len(c.channels) - m + 1):
             if m < len(c.channels) and c.channels[k : k + m] == keys:
                 d = c.domain
-                found.add(
-                    Domain.quantized(d.dtype, d.scale[k : k + m], d.zero_point[k : k + m], d.qmin, d.qmax, axis=0)  # type: ignore[index]
-                )
+                if d.per_channel:
+                    d = Domain.quantized(d.dtype, d.scale[k : k + m], d.zero_point[k : k + m], d.qmin, d.qmax, axis=0)  # type: ignore[index]
+                found.add(d)
     return next(iter(found)) if len(found) == 1 else None
 
 
