@@ -44,7 +44,7 @@ class Symbolic:
     per_channel_axis: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Definition:
     kind: DefKind
     domain: Domain | None = None
@@ -57,7 +57,7 @@ class Definition:
     symbolic: Symbolic | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Value:
     """One tensor in the graph (an FX node's output)."""
 
@@ -82,7 +82,7 @@ class ObligationKind(enum.Enum):
     STRUCTURAL = "structural"  # a rule outside domain equality (ranges, boundaries)
 
 
-@dataclass
+@dataclass(slots=True)
 class Obligation:
     """One thing to prove: `value`'s domain equals `expected` (a domain) or the
     domain of value `other`."""

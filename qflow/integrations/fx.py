@@ -311,26 +311,40 @@ class FxAdapter:
         self._sandwich = any(t.float_unless_qdq for t in self._members)
         self._min_inputs = [t for t in self._members if t.delegated_min_inputs]
         self._rule_cache: dict[tuple[str, tuple[bool, ...]], tuple[dict[str, OpRule], OpRule | None]] = {}
+        self._by_node: dict[fx.Node, tuple[dict[str, OpRule], OpRule | None]] = {}
+        self._classes: dict[fx.Node, OpClass] = {}
         #: quantizes whose requant a code copy drops and later copies carry (copy_chains)
         self._carried: dict[str, copy_chains.Carry] = {}
         self._carry = carry
 
     # -- classification ---------------------------------------------------------
     def _op_class(self, node: fx.Node) -> OpClass:
-        if node.op == "call_function":
-            return classify(target_name(node))
-        return OpClass.UNKNOWN
+        cls = self._classes.get(node)
+        if cls is None:
+            cls = self._classes[node] = classify(target_name(node)) if node.op == "call_function" else OpClass.UNKNOWN
+        return cls
 
     def _rules(self, node: fx.Node) -> dict[str, OpRule]:
         """Each (member) target's rule for a domain change across `node`. A
         backend that lowers only the nodes its quantizer marked leaves an
         unmarked one on the CPU, in float. (Shared per op and marking: do not mutate.)"""
-        if node.op != "call_function":
-            return {}
-        op = base_name(target_name(node))
-        if op in _SLICES and removed_by_to_edge(node):
-            return {t.name: OpRule.RESCALE for t in self._members}
-        return self._rules_of(op, self._marks(node))[0]
+        return self._node_rules(node)[0]
+
+    def _node_rules(self, node: fx.Node) -> tuple[dict[str, OpRule], OpRule | None]:
+        """(each target's rule, the strictest) for `node`, read once per node:
+        the graph does not change while it is read."""
+        hit = self._by_node.get(node)
+        if hit is None:
+            if node.op != "call_function":
+                hit = ({}, None)
+            else:
+                op = base_name(target_name(node))
+                if op in _SLICES and removed_by_to_edge(node):
+                    hit = ({t.name: OpRule.RESCALE for t in self._members}, OpRule.RESCALE)
+                else:
+                    hit = self._rules_of(op, self._marks(node))
+            self._by_node[node] = hit
+        return hit
 
     def _rules_of(self, op: str, marks: tuple[bool, ...]) -> tuple[dict[str, OpRule], OpRule | None]:
         """(each target's rule, the strictest) for op base name `op`, computed once per op and marking."""
@@ -388,12 +402,7 @@ class FxAdapter:
 
     def _rule(self, node: fx.Node) -> OpRule | None:
         """The strictest rule any target applies to `node` (None: its PT2E meaning)."""
-        if node.op != "call_function":
-            return None
-        op = base_name(target_name(node))
-        if op in _SLICES and removed_by_to_edge(node):
-            return OpRule.RESCALE
-        return self._rules_of(op, self._marks(node))[1]
+        return self._node_rules(node)[1]
 
     def _copies_codes(self, node: fx.Node) -> bool:
         """Does the target lower `node` as a copy of its input's codes?"""
