@@ -16,6 +16,8 @@ import qflow
 from qflow.cli import main
 from qflow.integrations import pte
 
+pytest_plugins = ["pytester"]
+
 BUNDLED = ("seed000_control", "seed000_probe")
 
 
@@ -255,6 +257,31 @@ def test_a_reference_with_other_weight_scales_refutes_the_rescales(built, refere
     r = qflow.analyze(referenced["conv_bn_relu6_residual"][0], reference=ep)
     errors = _artifact_errors(r)
     assert sum("conv2d" in e for e in errors) == 2 and any("rescale" in e for e in errors), errors
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_zoo_of_ptes_is_checked_each_against_the_pt2_beside_it(referenced, pytester, workers) -> None:
+    """`pytest --qflow-check DIR`: a .pte with a .pt2 of its name beside it is
+    proved against it; a .pte alone keeps its weight-dependent obligations unproven."""
+    import json
+    import shutil
+
+    zoo = pytester.mkdir("zoo")
+    (zoo / "alone").mkdir()
+    for src in referenced["conv_cat_skip"]:
+        shutil.copy(src, zoo / src.name)
+    shutil.copy(referenced["conv_bn_relu6_residual"][0], zoo / "alone" / "conv_bn_relu6_residual.pte")
+    out = pytester.path / "reports"
+    result = pytester.runpytest_subprocess(
+        "--qflow-check", str(zoo), f"--qflow-report={out}", "-p", "no:cacheprovider", "-rA", *workers
+    )
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*PASSED zoo/conv_cat_skip.pte*"])
+    result.stdout.fnmatch_lines(["*FAILED zoo/alone/conv_bn_relu6_residual.pte*"])
+    against = json.loads((out / "zoo_conv_cat_skip.pte.json").read_text())
+    alone = json.loads((out / "zoo_alone_conv_bn_relu6_residual.pte.json").read_text())
+    assert against["proved"] and not alone["proved"]
+    assert alone["obligations"]["unproven"] > 0 and alone["obligations"]["violated"] == 0
 
 
 def test_a_reference_is_for_a_pte_and_must_be_a_program(built, referenced, tmp_path, capsys) -> None:

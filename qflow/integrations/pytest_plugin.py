@@ -15,8 +15,9 @@ the session totals), and the session's reports as one SARIF file and one
 JUnit file.
 
 `--qflow-check PATH` turns a model zoo into a test suite: every program file
-under PATH (`.pt2`; more suffixes with `register_loader`) is one test item that
-fails unless the program proves, so `-n auto` spreads a zoo over cores.
+under PATH (`.pt2`, and `.pte` checked against a `.pt2` of the same name beside
+it when there is one; more suffixes with `register_loader`) is one test item
+that fails unless the program proves, so `-n auto` spreads a zoo over cores.
 
 pytest-xdist: what a test observed or proved travels on its own `TestReport`
 (the `qflow` attribute, a JSON string: pytest serializes a report's extra
@@ -67,7 +68,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         action="append",
         default=[],
-        help="collect every program file (.pt2) under PATH (a directory or a file) as one test each; repeatable",
+        help="collect every program file (.pt2, .pte) under PATH (a directory or a file) as one test each; repeatable",
     )
     group.addoption(
         "--qflow-strict",
@@ -115,12 +116,22 @@ def _check_pt2(path: Path) -> Report:
     return analyze(path, name=path.name)
 
 
+def _check_pte(path: Path) -> Report:
+    """A shipped .pte; checked against the PT2E program it was lowered from when
+    that sits beside it as a .pt2 of the same name (`qflow check --reference`),
+    since a TOSA payload alone keeps no weight scales to prove against."""
+    from qflow.api import analyze
+
+    reference = path.with_suffix(".pt2")
+    return analyze(path, name=path.name, reference=reference if reference.is_file() else None)
+
+
 #: file suffix → the function that proves a program file of that kind
-LOADERS: dict[str, Loader] = {".pt2": _check_pt2}
+LOADERS: dict[str, Loader] = {".pt2": _check_pt2, ".pte": _check_pte}
 
 
 def register_loader(suffix: str, loader: Loader) -> None:
-    """Teach `--qflow-check` another program file kind, e.g. `register_loader(".pte", check_pte)`:
+    """Teach `--qflow-check` another program file kind, e.g. `register_loader(".bin", my_check)`:
     `loader(path)` returns the file's Report (raise `qflow.InputError` on a bad file)."""
     LOADERS[suffix if suffix.startswith(".") else "." + suffix] = loader
 
