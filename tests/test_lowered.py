@@ -121,7 +121,7 @@ def _delegate_output_dtypes(et) -> list[str]:
 def test_seed002_repair_makes_the_serialized_boundary_int8(ethosu) -> None:
     fixed = qflow.repair(ethosu[True])
     assert qflow.analyze(fixed).proved
-    before = _delegate_output_dtypes(ethosu[True].to_executorch())
+    before = _delegate_output_dtypes(copy.deepcopy(ethosu[True]).to_executorch())  # (it rewrites in place)
     after = _delegate_output_dtypes(fixed.to_executorch())
     assert any("FLOAT" in d for d in before)
     assert after and all("CHAR" in d for d in after)  # every delegate tensor is int8, as Vela writes it
@@ -165,7 +165,7 @@ def test_float_fed_to_an_ethosu_partition_is_read_from_vela_and_repaired(ethosu)
     assert "feeds float32" in f.message and "factor 4" in f.message
     fixed = qflow.repair(broken)
     assert qflow.analyze(fixed).proved
-    clean = _delegate_output_dtypes(ethosu[False].to_executorch())
+    clean = _delegate_output_dtypes(copy.deepcopy(ethosu[False]).to_executorch())
     assert "FLOAT" in _delegate_output_dtypes(broken.to_executorch())[0]  # serialized as a float delegate input
     assert _delegate_output_dtypes(fixed.to_executorch()) == clean
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import struct
 import subprocess
 import sys
@@ -28,9 +29,15 @@ def ptes(built, tmp_path_factory) -> dict[str, Path]:
     out = {}
     for name in BUNDLED:
         path = root / f"{name}.pte"
-        path.write_bytes(built(name).lowered.to_executorch().buffer)
+        path.write_bytes(serialized(built(name).lowered))
         out[name] = path
     return out
+
+
+def serialized(lowered) -> bytes:
+    """The .pte of a shared program: `to_executorch` rewrites the program it is
+    called on (memory planning, out variants, renamed nodes), so serialize a copy."""
+    return copy.deepcopy(lowered).to_executorch().buffer
 
 
 def _errors(report) -> list[tuple[str, str]]:
@@ -195,7 +202,7 @@ def referenced(built, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     for name in REFERENCED:
         b = built(name)
         out[name] = (root / f"{name}.pte", root / f"{name}.pt2")
-        out[name][0].write_bytes(b.lowered.to_executorch().buffer)
+        out[name][0].write_bytes(serialized(b.lowered))
         torch.export.save(b.exported, out[name][1])
     return out
 
