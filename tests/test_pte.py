@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+import shutil
 import struct
 import subprocess
 import sys
@@ -270,9 +272,6 @@ def test_a_reference_with_other_weight_scales_refutes_the_rescales(built, refere
 def test_a_zoo_of_ptes_is_checked_each_against_the_pt2_beside_it(referenced, pytester, workers) -> None:
     """`pytest --qflow-check DIR`: a .pte with a .pt2 of its name beside it is
     proved against it; a .pte alone keeps its weight-dependent obligations unproven."""
-    import json
-    import shutil
-
     zoo = pytester.mkdir("zoo")
     (zoo / "alone").mkdir()
     for src in referenced["conv_cat_skip"]:
