@@ -127,7 +127,7 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
     """Prove every obligation of a domain graph and explain the failures."""
     t0 = time.perf_counter()
     _check_acyclic(dg)
-    defs = {v.name: v.definition for v in dg.values()}
+    defs = {n: v.definition for n, v in dg.by_name().items()}
     for value, d in defs.items():
         for s in d.sources:
             if s not in dg.g:

@@ -15,6 +15,7 @@ every conflict shows up as a failed *obligation*, never as a silent "proved".
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import networkx as nx
@@ -123,28 +124,52 @@ class DomainGraph:
     target: str = "generic"
     #: Adapter-level notes (assumptions made) that reports show.
     notes: list[str] = field(default_factory=list)
+    #: name → Value, the same values as the nodes' "value" attributes (add_value writes
+    #: both): the analysis reads every value, and a dict is read without networkx's views
+    _by_name: dict[str, Value] = field(default_factory=dict, init=False, repr=False)
 
     def add_value(self, v: Value) -> None:
-        self.g.add_node(v.name, value=v)
+        g = self.g
+        self._by_name[v.name] = v
+        attrs = g._node.get(v.name)
+        if attrs is not None:
+            attrs["value"] = v
+            return
+        # a new node written as DiGraph.add_node writes it (its dicts, then the
+        # cache cleared), without its keyword-argument dict: adapters add one
+        # node per FX node, and this was a tenth of building a graph
+        g._succ[v.name] = {}
+        g._pred[v.name] = {}
+        g._node[v.name] = {"value": v}
+        nx._clear_cache(g)
 
     def add_use(self, producer: str, consumer: str, arg: str) -> None:
-        succ = self.g._adj.get(producer)  # one lookup where the edge exists (networkx's own dict)
-        data = succ.get(consumer) if succ is not None else None
+        g = self.g
+        succ = g._succ.get(producer)
+        pred = g._pred.get(consumer)
+        if succ is None or pred is None:
+            g.add_edge(producer, consumer, args=[arg])  # (adds the missing node)
+            return
+        data = succ.get(consumer)
         if data is not None:
             data["args"].append(arg)
-        else:
-            self.g.add_edge(producer, consumer, args=[arg])
+            return
+        succ[consumer] = pred[producer] = {"args": [arg]}  # (as DiGraph.add_edge)
+        nx._clear_cache(g)
 
     def value(self, name: str) -> Value:
-        return self.g.nodes[name]["value"]
+        return self._by_name[name]
 
     def get(self, name: str) -> Value | None:
-        """The value called `name`, or None when the graph has no such node (one lookup)."""
-        attrs = self.g._node.get(name)
-        return None if attrs is None else attrs["value"]
+        """The value called `name`, or None when the graph has no such value."""
+        return self._by_name.get(name)
 
     def values(self) -> list[Value]:
-        return [d["value"] for _, d in self.g.nodes(data=True)]
+        return list(self._by_name.values())
+
+    def by_name(self) -> Mapping[str, Value]:
+        """Every value by name (read only: add values with `add_value`)."""
+        return self._by_name
 
     def oblige(self, ob: Obligation) -> None:
         self.obligations.append(ob)

@@ -309,6 +309,7 @@ class FxAdapter:
         self._members = [targets.get(m) for m in self.target.members] or [self.target]
         self._marking = [t.lowers_only_marked for t in self._members if t.lowers_only_marked is not None]
         self._sandwich = any(t.float_unless_qdq for t in self._members)
+        self._sandwich_matters: dict[str, bool] = {}  # op → can the sandwich question change its rule
         self._min_inputs = [t for t in self._members if t.delegated_min_inputs]
         self._rule_cache: dict[tuple[str, tuple[bool, ...]], tuple[dict[str, OpRule], OpRule | None]] = {}
         self._by_node: dict[fx.Node, tuple[dict[str, OpRule], OpRule | None]] = {}
@@ -342,7 +343,7 @@ class FxAdapter:
                 if op in _SLICES and removed_by_to_edge(node):
                     hit = ({t.name: OpRule.RESCALE for t in self._members}, OpRule.RESCALE)
                 else:
-                    hit = self._rules_of(op, self._marks(node))
+                    hit = self._rules_of(op, self._marks(node, op))
             self._by_node[node] = hit
         return hit
 
@@ -356,10 +357,11 @@ class FxAdapter:
             hit = self._rule_cache[key] = (rules, strictest)
         return hit
 
-    def _marks(self, node: fx.Node) -> tuple[bool, ...]:
+    def _marks(self, node: fx.Node, op: str) -> tuple[bool, ...]:
         """For each member target that lowers only marked nodes: did its quantizer mark `node`?
         Then, when a member computes ops outside a DQ → op → Q sandwich in float: is `node` in one?
-        Then, for each member that delegates some ops only with enough inputs: has `node` enough?"""
+        Then, for each member that delegates some ops only with enough inputs: has `node` enough?
+        (A question whose answer cannot change `op`'s rule is answered True unasked.)"""
         out = []
         if self._marking:
             custom = node.meta.get("custom") or {}
@@ -367,9 +369,15 @@ class FxAdapter:
                 info = custom.get(key)
                 out.append(bool(info and info.get(fld)))
         if self._sandwich:
-            out.append(self._between_qdq(node))
+            asks = self._sandwich_matters.get(op)
+            if asks is None:
+                asks = self._sandwich_matters[op] = any(
+                    t.float_unless_qdq and t.effective_rule(op) in (OpRule.CODE_COPY, OpRule.ZP_ONLY)
+                    for t in self._members
+                )
+            out.append(self._between_qdq(node) if asks else True)
         if self._min_inputs:
-            op, n = base_name(target_name(node)), len(node.all_input_nodes)
+            n = len(node.all_input_nodes)
             out.extend(n >= t.delegated_min_inputs.get(op, 0) for t in self._min_inputs)
         return tuple(out)
 

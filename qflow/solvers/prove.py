@@ -112,8 +112,8 @@ class Prover:
         #: discharge a region whose every obligation is a tautology (see `tautology`) without z3
         self.tautologies = tautologies
         self._facts: dict[str, tuple[Domain, bool] | None] = {}
-        #: name → Value, read once (networkx node-view lookups were a tenth of the prove time)
-        self._values = {n: d["value"] for n, d in dg.g.nodes(data=True)}
+        #: name → Value (networkx node-view lookups were a tenth of the prove time)
+        self._values = dg.by_name()
         self.enc = Encoder()
         self.stats = ProofStats()
         self._terms: dict[str, Terms] = {}
