@@ -115,7 +115,16 @@ def _check_acyclic(dg: DomainGraph) -> None:
     # an adapter adds values in its program's (topological) order: when every edge goes
     # forward in that order the graph has no cycle, and one linear pass shows it
     order = {n: i for i, n in enumerate(dg.g)}
-    if all(order[u] < order[v] for u, succ in dg.g.adjacency() for v in succ):
+    forward = True
+    for u, succ in dg.g._succ.items():  # (networkx's own dict: no view per node)
+        i = order[u]
+        for v in succ:
+            if order[v] <= i:
+                forward = False
+                break
+        if not forward:
+            break
+    if forward:
         return
     if not nx.is_directed_acyclic_graph(dg.g):
         cycle = nx.find_cycle(dg.g)

@@ -34,26 +34,40 @@ def propagate(defs: Mapping[str, Definition]) -> dict[str, Elem]:
     visited once. A fact's element is made once per (domain object, real) and
     shared, so equal elements are mostly the same object (compared by identity first).
     """
-    users: dict[str, list[str]] = {}
-    for name, d in defs.items():
-        for s in d.sources:
-            users.setdefault(s, []).append(name)
     facts: dict[tuple[int, bool], Elem] = {}
     env: dict[str, Elem] = {}
-    work = deque(defs)
-    queued = set(defs)
-    while work:
-        name = work.popleft()
-        queued.discard(name)
-        d = defs[name]
+    # One pass in the listed order; a value whose source comes later (a cycle,
+    # or a graph not listed in topological order) sends the rest to the worklist.
+    behind = False
+    for name, d in defs.items():
         if d.kind is DefKind.FACT:
             assert d.domain is not None
             key = (id(d.domain), d.real)  # the domain objects live in `defs` meanwhile
             t = facts.get(key)
             if t is None:
                 t = facts[key] = known(d.domain, d.real)
-        else:
-            t = transfer(d, env)
+            env[name] = t
+            continue
+        if d.kind is DefKind.ALIAS:
+            behind = behind or any(s not in env for s in d.sources)
+        env[name] = transfer(d, env)
+    if behind:
+        _iterate(defs, env)
+    return env
+
+
+def _iterate(defs: Mapping[str, Definition], env: dict[str, Elem]) -> None:
+    """Chaotic iteration from `env` (below the fixpoint) up to the least fixpoint."""
+    users: dict[str, list[str]] = {}
+    for name, d in defs.items():
+        for s in d.sources:
+            users.setdefault(s, []).append(name)
+    work = deque(defs)
+    queued = set(defs)
+    while work:
+        name = work.popleft()
+        queued.discard(name)
+        t = transfer(defs[name], env)
         old = env.get(name, BOTTOM)
         new = t if old is BOTTOM else join(old, t)  # ⊥ ⊔ t = t
         if new is not old and (new.kind is not old.kind or new != old):
@@ -62,6 +76,3 @@ def propagate(defs: Mapping[str, Definition]) -> dict[str, Elem]:
                 if u not in queued:
                     queued.add(u)
                     work.append(u)
-        else:
-            env.setdefault(name, new)
-    return env

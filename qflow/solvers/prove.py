@@ -65,7 +65,7 @@ class Side:
     real: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class Result:
     obligation: Obligation
     status: Status
@@ -218,18 +218,36 @@ class Prover:
         flags agree where it compares them; or the formula's disjunct ``lhs.real`` is the
         constant ``true``. Such an obligation is proved by z3 too (tests compare every one).
         """
-        lhs = self._lhs_fact(ob)
+        # (_lhs_fact and _rhs_fact inlined: this runs for every obligation)
+        k, facts = ob.kind, self._facts
+        v = self._values[ob.value]
+        if ob.compare_claim and v.claim is not None and k is not ObligationKind.CLAIM:
+            lhs: tuple[Domain, bool] | None = (v.claim, False)
+        else:
+            lhs = facts.get(ob.value, _MISSING)
+            if lhs is _MISSING:
+                lhs = self._fact(ob.value)
         if lhs is None:
             return False
-        k = ob.kind
         if k is not ObligationKind.NO_FOLD_CHANGE and k is not ObligationKind.SAME_AS_FIRST:
             if k is not ObligationKind.CLAIM and ob.expected is not None and ob.expected.is_float and ob.expected_real:
                 return lhs[1] and _encodable(lhs[0])  # the formula is `lhs.real`
             if k is not ObligationKind.CLAIM and ob.allow_float and lhs[1]:
                 return _encodable(lhs[0])  # `lhs.real or ...`
-        rhs = self._rhs_fact(ob)
-        # (equal domains write the same literal: one of them encodable, both are)
-        if rhs is None or lhs[0] != rhs[0] or not _encodable(lhs[0]):
+        if ob.other is None:
+            rhs = self._rhs_fact(ob)
+        else:
+            o = self._values[ob.other]
+            if ob.compare_claim and o.claim is not None:
+                rhs = (o.claim, False)
+            else:
+                rhs = facts.get(ob.other, _MISSING)
+                if rhs is _MISSING:
+                    rhs = self._fact(ob.other)
+        # (equal domains write the same literal: one of them encodable, both are;
+        # most equal domains are one object, read from one Q/DQ argument list)
+        d = lhs[0]
+        if rhs is None or (d is not rhs[0] and d != rhs[0]) or not _encodable(d):
             return False
         if k is ObligationKind.NO_FOLD_CHANGE or k is ObligationKind.CLAIM:
             return True  # same meaning (and range): the real flags are not compared
@@ -291,20 +309,29 @@ class Prover:
                 uf.union(name, "group:" + d.symbolic.group)
             else:
                 parent.setdefault(name, name)
-        deps_of = [self._depends(ob) for ob in obs]
-        for deps in deps_of:
-            for a, b in zip(deps, deps[1:], strict=False):
+        # (_depends inlined: this runs for every obligation) each obligation's first
+        # dependency, its two joined where it has two
+        values, claim_kind = self._values, ObligationKind.CLAIM
+        firsts: list[str | None] = []
+        for ob in obs:
+            claims = ob.compare_claim and ob.kind is not claim_kind
+            a = ob.value if not (claims and values[ob.value].claim is not None) else None
+            b = ob.other
+            if b is not None and claims and values[b].claim is not None:
+                b = None
+            if a is not None and b is not None:
                 uf.union(a, b)
+            firsts.append(a if a is not None else b)
         members: dict[str, list[str]] = {}
         for name in self._values:
             p = parent[name]  # (most values hang right under their root: skip the call)
             members.setdefault(p if parent[p] == p else find(name), []).append(name)
         by_region: dict[str, list[Obligation]] = {}
         loose: list[Obligation] = []
-        for ob, deps in zip(obs, deps_of, strict=True):
-            if deps:
-                p = parent[deps[0]]
-                by_region.setdefault(p if parent[p] == p else find(deps[0]), []).append(ob)
+        for ob, first in zip(obs, firsts, strict=True):
+            if first is not None:
+                p = parent[first]
+                by_region.setdefault(p if parent[p] == p else find(first), []).append(ob)
             else:
                 loose.append(ob)  # literal vs literal: needs no background
         out = [(members[r], o) for r, o in by_region.items()]
@@ -325,7 +352,7 @@ class Prover:
             # a region of tautologies alone cannot fail; any other region goes to z3 whole
             # (its solver state, hence a counterexample, is the same as without this)
             todo = []
-            tautology, proved = self.tautology, self._proved
+            tautology, proved = self.tautology, Status.PROVED
             for region in regions:
                 for o in region[1]:
                     if not tautology(o):
@@ -333,7 +360,7 @@ class Prover:
                         break
                 else:
                     for o in region[1]:
-                        results[id(o)] = proved(o)
+                        results[id(o)] = Result(o, proved)  # (as _proved)
             regions = todo
         for i in range(0, len(regions), BATCH):
             self._prove_batch(solver, regions[i : i + BATCH], results)

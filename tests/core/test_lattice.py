@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from qflow.graph import Definition, DefKind
 from qflow.lattice import BOTTOM, TOP, free, join, known, propagate, symbolic
 from qflow.lattice.elements import leq
+from qflow.lattice.propagate import transfer
 
 elems = st.sampled_from(
     [BOTTOM, TOP, known(A), known(B), known(C), known(A, real=True), free("x"), free("y"), symbolic("g0")]
@@ -86,3 +87,22 @@ def test_propagation_is_monotone(g, extra, dom) -> None:
     after = propagate(_defs(edges, more))
     for name in before:
         assert leq(before[name], after[name])
+
+
+@settings(max_examples=300, deadline=None)
+@given(graphs)
+def test_propagation_is_the_least_fixpoint(g) -> None:
+    """The same elements as Kleene iteration from ⊥ (sweeps until nothing moves),
+    whatever the order: propagate's single pass must not stop above or below it."""
+    edges, facts = g
+    defs = _defs(edges, facts)
+    env = dict.fromkeys(defs, BOTTOM)
+    moved = True
+    while moved:
+        moved = False
+        for name, d in defs.items():
+            t = transfer(d, env)
+            if t != env[name]:
+                env[name], moved = t, True
+    assert propagate(defs) == env
+    assert propagate(dict(reversed(defs.items()))) == env
