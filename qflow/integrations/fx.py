@@ -311,6 +311,7 @@ class FxAdapter:
         self._sandwich = any(t.float_unless_qdq for t in self._members)
         self._sandwich_matters: dict[str, bool] = {}  # op → can the sandwich question change its rule
         self._min_inputs = [t for t in self._members if t.delegated_min_inputs]
+        self._min_input_ops = {op for t in self._min_inputs for op in t.delegated_min_inputs}
         self._rule_cache: dict[tuple[str, tuple[bool, ...]], tuple[dict[str, OpRule], OpRule | None]] = {}
         self._by_node: dict[fx.Node, tuple[dict[str, OpRule], OpRule | None]] = {}
         self._classes: dict[fx.Node, OpClass] = {}
@@ -377,7 +378,7 @@ class FxAdapter:
                 )
             out.append(self._between_qdq(node) if asks else True)
         if self._min_inputs:
-            n = len(node.all_input_nodes)
+            n = len(node.all_input_nodes) if op in self._min_input_ops else 0
             out.extend(n >= t.delegated_min_inputs.get(op, 0) for t in self._min_inputs)
         return tuple(out)
 
@@ -401,12 +402,10 @@ class FxAdapter:
 
     def _between_qdq(self, node: fx.Node) -> bool:
         """Is every tensor input of `node` a dequantize and every user a quantize?"""
-        ins = [a for _, _, a in _tensor_args(node)]
-        if not ins or not node.users:
+        if not node.users or not all(self._op_class(u) is OpClass.QUANTIZE for u in node.users):
             return False
-        return all(self._op_class(a) is OpClass.DEQUANTIZE for a in ins) and all(
-            self._op_class(u) is OpClass.QUANTIZE for u in node.users
-        )
+        ins = [a for _, _, a in _tensor_args(node)]
+        return bool(ins) and all(self._op_class(a) is OpClass.DEQUANTIZE for a in ins)
 
     def _rule(self, node: fx.Node) -> OpRule | None:
         """The strictest rule any target applies to `node` (None: its PT2E meaning)."""
@@ -514,13 +513,14 @@ class FxAdapter:
         kind: ObligationKind = ObligationKind.USE,
         finding_kind: str = "domain-mismatch",
         allow_real: bool = False,
-    ) -> None:
+    ) -> Value | None:
+        """Record the use; oblige `expected` where the producer has a domain. The producer's value, or None."""
         pv = self.dg.get(producer.name)
         if pv is None:
-            return
+            return None
         self.dg.add_use(producer.name, consumer.name, label)
         if expected is None or (pv.definition.kind is DefKind.FREE and not pv.definition.blocking):
-            return  # (as _skip_use)
+            return pv  # (as _skip_use)
         self.dg.oblige(
             Obligation(
                 kind=kind,
@@ -534,6 +534,7 @@ class FxAdapter:
                 allow_float=allow_real,
             )
         )
+        return pv
 
     # -- Q / DQ --------------------------------------------------------------------
     def _data_arg(self, node: fx.Node) -> fx.Node:
@@ -547,7 +548,7 @@ class FxAdapter:
         self._value(node, OpClass.QUANTIZE, Definition(DefKind.FACT, d, real=False))
         # A quantize takes real numbers; applied to codes already in `d` it is
         # the identity (the fold pass leaves such Q nodes at partition outputs).
-        self._use(x, node, "args[0]", d, None, allow_real=True)
+        xv = self._use(x, node, "args[0]", d, None, allow_real=True)
         if (
             self.form == "qdq"
             and len(x.users) == 1
@@ -555,9 +556,9 @@ class FxAdapter:
             and base_name(target_name(x)) in activations.BOUNDED  # (else `check` returns at once)
         ):
             activations.check(x, d, self.dg, node.name, self.target)
-        xv = self.dg.get(x.name)
-        if xv is None or xv.claim is not None or self._skip_use(x):
-            return
+            xv = self.dg.get(x.name)  # (check may have changed it)
+        if xv is None or xv.claim is not None or (xv.definition.kind is DefKind.FREE and not xv.definition.blocking):
+            return  # (as _skip_use)
         rule = self._rule(x)
         copies = rule is OpRule.CODE_COPY if rule is not None else self._copies_codes(x)  # (_copies_codes)
         # A clamp then a requant is a legal lowering on a target that rescales

@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import z3
@@ -71,7 +71,7 @@ class Result:
     status: Status
     produced: Side | None = None  # the producer side in the counterexample
     expected: Side | None = None  # the declared / other side
-    blockers: list[str] = field(default_factory=list)
+    blockers: tuple[str, ...] = ()  # (a tuple: no list made for each proved obligation)
 
 
 @dataclass
@@ -441,13 +441,12 @@ class Prover:
         blockers = self._blockers(self._depends(ob))
         status = Status.UNPROVEN if blockers or model is None else Status.VIOLATED
         if model is None:
-            blockers = blockers or ["z3 returned unknown"]
-            return Result(ob, status, blockers=blockers)
+            return Result(ob, status, blockers=tuple(blockers or ["z3 returned unknown"]))
         expected = Side(*self.enc.read(model, self._rhs(ob)))
         if status is Status.UNPROVEN:  # the model's value for a free term means nothing
-            return Result(ob, status, None, expected if ob.other is None else None, blockers)
+            return Result(ob, status, None, expected if ob.other is None else None, tuple(blockers))
         produced = Side(*self.enc.read(model, self._lhs(ob)))
-        return Result(ob, status, produced, expected, blockers)
+        return Result(ob, status, produced, expected, tuple(blockers))
 
 
 class TextProver(Prover):
