@@ -401,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Every step ran {args.repeat}× in the same process; the table keeps the fastest run and "
         "`spread` = slowest / fastest. "
-        "`qflow s` = build + analyze_graph wall time; `cpu/wall` = its process CPU time / wall time "
+        "`qflow s` = build + analyze_graph wall time, in one GC pause as `qflow.analyze` runs them; "
+        "`cpu/wall` = its process CPU time / wall time "
         "(< 1: the core was shared); `z3 %` = prove_s / qflow s; `fold s` = "
         "`qflow.integrations.arm.fold_qparams` on the same edge graph, same process; `pass` = that "
         "minus the deepcopy fold_qparams makes first. `prove api s` = the reference encoding "

@@ -8,6 +8,7 @@ from typing import Any
 from qflow import targets
 from qflow.analysis import analyze_graph
 from qflow.errors import InputError, ProofError
+from qflow.gc_pause import paused_gc
 from qflow.graph import DomainGraph
 from qflow.report.model import Report
 from qflow.solvers.repair import Plan, plan_repair
@@ -91,7 +92,10 @@ def analyze(
     of the reference's activations, so the artifact check can prove what
     depends on them: that the .pte computes the reference's declared domains.
     """
-    return analyze_graph(domain_graph(obj, form, target, reference=reference), name=name)
+    # one GC pause over building and proving: the graph is garbage by the time the
+    # collector runs again, so it is freed by reference counting, never traversed
+    with paused_gc():
+        return analyze_graph(domain_graph(obj, form, target, reference=reference), name=name)
 
 
 def plan(obj: Any, form: str | None = None, objective: str = "count", target: str | Target | None = None) -> Plan:

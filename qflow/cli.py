@@ -207,6 +207,7 @@ def _explore(explorer: Any, directory: Path, drawn: list[Any]) -> bool:
 def _check(args: argparse.Namespace) -> int:
     from qflow.analysis import analyze_graph
     from qflow.api import domain_graph
+    from qflow.gc_pause import paused_gc
     from qflow.solvers.repair import plan_repair
 
     picture = _picture_module() if args.graph else None
@@ -264,8 +265,9 @@ def _check(args: argparse.Namespace) -> int:
             new = []
             for name, program in _programs(p, args.form, spec):
                 target = "arm-tosa" if spec else args.target
-                dg = domain_graph(program, form=None if spec else args.form, target=target, reference=reference)
-                report = analyze_graph(dg, name=name)
+                with paused_gc():  # (as qflow.analyze)
+                    dg = domain_graph(program, form=None if spec else args.form, target=target, reference=reference)
+                    report = analyze_graph(dg, name=name)
                 if not _quantized(dg):
                     report = dataclasses.replace(report, proved=False, notes=[NOTHING_QUANTIZED, *report.notes])
                 new.append(report)
