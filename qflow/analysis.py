@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator, Mapping
 
 import networkx as nx
 
@@ -11,6 +12,7 @@ from qflow.errors import InputError
 from qflow.gc_pause import paused_gc
 from qflow.graph import DomainGraph, ObligationKind
 from qflow.lattice import propagate
+from qflow.lattice.elements import Elem
 from qflow.ops import OpClass
 from qflow.report.kinds import kind
 from qflow.report.model import Finding, Report
@@ -111,6 +113,32 @@ def _breaks_on(target: str, where: tuple[str, ...], kind_id: str) -> dict[str, s
     return {n: o.value for n, o in how.items()}
 
 
+class DomainTexts(Mapping[str, str]):
+    """Each value's propagated element as text, written when first read: a report
+    of a 100k-value graph is mostly never asked for them (pictures and debugging).
+    propagate shares one element among the values of one fact: each is written once."""
+
+    def __init__(self, env: dict[str, Elem]) -> None:
+        self._env = env
+        self._texts: dict[int, str] = {}
+
+    def __getitem__(self, name: str) -> str:
+        e = self._env[name]
+        text = self._texts.get(id(e))  # (the elements live in `_env`: ids are not reused)
+        if text is None:
+            text = self._texts[id(e)] = str(e)
+        return text
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._env)
+
+    def __len__(self) -> int:
+        return len(self._env)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
 def _check_acyclic(dg: DomainGraph) -> None:
     # an adapter adds values in its program's (topological) order: when every edge goes
     # forward in that order the graph has no cycle, and one linear pass shows it
@@ -147,11 +175,12 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
     results, stats = prove(dg)
     t3 = time.perf_counter()
 
-    counts = {"proved": 0, "violated": 0, "unproven": 0}
+    counts = dict.fromkeys(Status, 0)
     findings: dict[tuple[str, str], Finding] = {}
+    proved = Status.PROVED
     for r in results:
-        counts[r.status.value] += 1
-        if r.status is Status.PROVED and not r.obligation.inform:
+        counts[r.status] += 1
+        if r.status is proved and not r.obligation.inform:
             continue
         k, msg = _describe(dg, r)
         spec = kind(k)
@@ -178,9 +207,9 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
             targets=_breaks_on(dg.target, r.obligation.targets, k),
         )
     report = Report(
-        proved=counts["violated"] == 0 and counts["unproven"] == 0,
+        proved=counts[Status.VIOLATED] == 0 and counts[Status.UNPROVEN] == 0,
         findings=list(findings.values()),
-        obligations=counts,
+        obligations={s.value: n for s, n in counts.items()},
         form=dg.form,
         name=name,
         target=dg.target,
@@ -195,13 +224,5 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
             "prove_s": round(t3 - t2, 6),
         },
     )
-    # propagate shares one element among the values of one fact: print each once
-    shown: dict[int, str] = {}
-    domains = {}
-    for n, e in env.items():
-        text = shown.get(id(e))
-        if text is None:
-            text = shown[id(e)] = str(e)
-        domains[n] = text
-    report.domains = domains
+    report.domains = DomainTexts(env)
     return report

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -46,7 +47,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     stats: dict[str, float] = field(default_factory=dict)
     #: The propagated lattice element of every value (for pictures and debugging).
-    domains: dict[str, str] = field(default_factory=dict, repr=False)
+    domains: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: The repair carried out to get this program (`Plan.to_json()`), when it is a repair's result.
     repair: dict[str, Any] | None = None
 
