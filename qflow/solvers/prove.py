@@ -343,7 +343,6 @@ class Prover:
     def prove(self) -> list[Result]:
         obs = [o for o in self.dg.obligations if o.kind is not ObligationKind.STRUCTURAL]
         results: dict[int, Result] = {}
-        solver = z3.Solver(ctx=self.enc.ctx)
         regions = self.regions(obs)
         for names, _ in regions:
             self.stats.regions += 1
@@ -362,8 +361,10 @@ class Prover:
                     for o in region[1]:
                         results[id(o)] = Result(o, proved)  # (as _proved)
             regions = todo
-        for i in range(0, len(regions), BATCH):
-            self._prove_batch(solver, regions[i : i + BATCH], results)
+        if regions:
+            solver = z3.Solver(ctx=self.enc.ctx)
+            for i in range(0, len(regions), BATCH):
+                self._prove_batch(solver, regions[i : i + BATCH], results)
         for o in self.dg.obligations:
             if o.kind is ObligationKind.STRUCTURAL:
                 side = Side(o.expected) if o.expected is not None else None
