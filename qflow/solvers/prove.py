@@ -203,9 +203,6 @@ class Prover:
         (follows the defining alias chain exactly as `term` does)."""
         return self._resolve(name, self._facts, _leaf_fact)
 
-    def _lhs_fact(self, ob: Obligation) -> tuple[Domain, bool] | None:
-        return self._lhs_of(ob, _pair, self._fact)
-
     def _rhs_fact(self, ob: Obligation) -> tuple[Domain, bool] | None:
         return self._rhs_of(ob, _pair, self._fact)
 
@@ -218,7 +215,7 @@ class Prover:
         flags agree where it compares them; or the formula's disjunct ``lhs.real`` is the
         constant ``true``. Such an obligation is proved by z3 too (tests compare every one).
         """
-        # (_lhs_fact and _rhs_fact inlined: this runs for every obligation)
+        # (each side read as `_lhs_of` / `_rhs_of` with `_fact` read it, inlined: this runs for every obligation)
         k, facts = ob.kind, self._facts
         v = self._values[ob.value]
         if ob.compare_claim and v.claim is not None and k is not ObligationKind.CLAIM:
@@ -259,16 +256,13 @@ class Prover:
 
     # -- regions ---------------------------------------------------------------
     def _depends(self, ob: Obligation) -> list[str]:
-        # (inlined _uses_claim: this runs for every obligation)
+        # (whether a side is its claim, inlined: this runs for every obligation)
         claims = ob.compare_claim and ob.kind is not ObligationKind.CLAIM
         values = self._values
         names = [ob.value] if not (claims and values[ob.value].claim is not None) else []
         if ob.other is not None and not (claims and values[ob.other].claim is not None):
             names.append(ob.other)
         return names
-
-    def _uses_claim(self, name: str, ob: Obligation) -> bool:
-        return ob.compare_claim and ob.kind is not ObligationKind.CLAIM and self._values[name].claim is not None
 
     def _root(self, name: str) -> str:
         """Follow the defining alias chain to the value that fixes `name`."""
