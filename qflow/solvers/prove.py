@@ -215,7 +215,7 @@ class Prover:
         flags agree where it compares them; or the formula's disjunct ``lhs.real`` is the
         constant ``true``. Such an obligation is proved by z3 too (tests compare every one).
         """
-        # (each side read as `_lhs_of` / `_rhs_of` with `_fact` read it, inlined: this runs for every obligation)
+        # (`_lhs_of(ob, _pair, self._fact)` inlined, and `_rhs_of` where `other` is set: this runs for every obligation)
         k, facts = ob.kind, self._facts
         v = self._values[ob.value]
         if ob.compare_claim and v.claim is not None and k is not ObligationKind.CLAIM:
