@@ -57,6 +57,11 @@ class Definition:
     reason: str = ""  # FREE/ALIAS: why, for messages
     symbolic: Symbolic | None = None
 
+    @property
+    def domain_free(self) -> bool:
+        """Free and blocking nothing (a constant, an index): a use of it obliges nothing."""
+        return self.kind is DefKind.FREE and not self.blocking
+
 
 @dataclass(slots=True)
 class Value:

@@ -501,7 +501,7 @@ class FxAdapter:
 
     def _skip_use(self, producer: fx.Node) -> bool:
         v = self.dg.get(producer.name)
-        return v is None or (v.definition.kind is DefKind.FREE and not v.definition.blocking)
+        return v is None or v.definition.domain_free
 
     def _use(
         self,
@@ -519,8 +519,8 @@ class FxAdapter:
         if pv is None:
             return None
         self.dg.add_use(producer.name, consumer.name, label)
-        if expected is None or (pv.definition.kind is DefKind.FREE and not pv.definition.blocking):
-            return pv  # (as _skip_use)
+        if expected is None or pv.definition.domain_free:
+            return pv
         self.dg.oblige(
             Obligation(
                 kind=kind,
@@ -557,8 +557,8 @@ class FxAdapter:
         ):
             activations.check(x, d, self.dg, node.name, self.target)
             xv = self.dg.get(x.name)  # (check may have changed it)
-        if xv is None or xv.claim is not None or (xv.definition.kind is DefKind.FREE and not xv.definition.blocking):
-            return  # (as _skip_use)
+        if xv is None or xv.claim is not None or xv.definition.domain_free:
+            return
         rule = self._rule(x)
         copies = rule is OpRule.CODE_COPY if rule is not None else self._copies_codes(x)  # (_copies_codes)
         # A clamp then a requant is a legal lowering on a target that rescales

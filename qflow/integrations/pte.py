@@ -588,8 +588,7 @@ class _Builder:
         return out
 
     def skip(self, name: str) -> bool:
-        d = self.dg.value(name).definition
-        return d.kind is DefKind.FREE and not d.blocking
+        return self.dg.value(name).definition.domain_free
 
     def use(self, idx: int, consumer: str, label: str, expected: Domain | None, real: bool | None, **kw: Any) -> None:
         name = self.names.get(idx)
