@@ -120,7 +120,7 @@ class Obligation:
 
 @dataclass
 class DomainGraph:
-    """Values and uses as a networkx DiGraph, plus the obligations to prove."""
+    """Values by name, their uses as a networkx DiGraph, and the obligations to prove."""
 
     g: nx.DiGraph = field(default_factory=nx.DiGraph)
     obligations: list[Obligation] = field(default_factory=list)
@@ -129,24 +129,21 @@ class DomainGraph:
     target: str = "generic"
     #: Adapter-level notes (assumptions made) that reports show.
     notes: list[str] = field(default_factory=list)
-    #: name → Value, the same values as the nodes' "value" attributes (add_value writes
-    #: both): the analysis reads every value, and a dict is read without networkx's views
+    #: name → Value. The networkx graph holds the uses (its nodes carry no attributes):
+    #: the analysis reads every value, and a dict is read without networkx's views.
     _by_name: dict[str, Value] = field(default_factory=dict, init=False, repr=False)
 
     def add_value(self, v: Value) -> None:
-        g = self.g
         self._by_name[v.name] = v
-        attrs = g._node.get(v.name)
-        if attrs is not None:
-            attrs["value"] = v
-            return
-        # a new node written as DiGraph.add_node writes it (its dicts, then the
-        # cache cleared), without its keyword-argument dict: adapters add one
-        # node per FX node, and this was a tenth of building a graph
-        g._succ[v.name] = {}
-        g._pred[v.name] = {}
-        g._node[v.name] = {"value": v}
-        nx._clear_cache(g)
+        g = self.g
+        if v.name not in g._succ:
+            # a new node written as DiGraph.add_node writes it (its dicts, then the
+            # cache cleared): adapters add one node per FX node, and add_node's
+            # keyword-argument handling was a tenth of building a graph
+            g._succ[v.name] = {}
+            g._pred[v.name] = {}
+            g._node[v.name] = {}
+            nx._clear_cache(g)
 
     def add_use(self, producer: str, consumer: str, arg: str) -> None:
         g = self.g
