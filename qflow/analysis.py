@@ -139,20 +139,21 @@ class DomainTexts(Mapping[str, str]):
         return repr(dict(self))
 
 
-def _check_acyclic(dg: DomainGraph) -> None:
-    # an adapter adds values in its program's (topological) order: when every edge goes
-    # forward in that order the graph has no cycle, and one linear pass shows it
-    order = {n: i for i, n in enumerate(dg.g)}
-    forward = True
-    for u, succ in dg.g._succ.items():  # (networkx's own dict: no view per node)
+def _edges_go_forward(g: nx.DiGraph) -> bool:
+    """Does every edge go forward in the order the nodes were added?"""
+    order = {n: i for i, n in enumerate(g)}
+    for u, succ in g._succ.items():  # (networkx's own dict: no view per node)
         i = order[u]
         for v in succ:
             if order[v] <= i:
-                forward = False
-                break
-        if not forward:
-            break
-    if forward:
+                return False
+    return True
+
+
+def _check_acyclic(dg: DomainGraph) -> None:
+    # an adapter adds values in its program's (topological) order: when every edge goes
+    # forward in that order the graph has no cycle, and one linear pass shows it
+    if _edges_go_forward(dg.g):
         return
     if not nx.is_directed_acyclic_graph(dg.g):
         cycle = nx.find_cycle(dg.g)
