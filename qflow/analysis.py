@@ -15,7 +15,7 @@ from qflow.lattice import propagate
 from qflow.lattice.elements import Elem
 from qflow.ops import OpClass
 from qflow.report.kinds import kind
-from qflow.report.model import Finding, Report
+from qflow.report.model import NOTHING_QUANTIZED, Finding, Report
 from qflow.solvers.prove import Result, Side, Status, prove
 
 _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+)')
@@ -48,8 +48,11 @@ def _describe(dg: DomainGraph, r: Result) -> tuple[str, str]:
         prod = f"real numbers on the grid {prod}"
     if r.status is Status.UNPROVEN:
         blocker = r.blockers[0] if r.blockers else "an unknown value"
-        root = blocker.split(":", 1)[0]
-        k = "unknown-op" if root in dg.g and dg.value(root).op_class is OpClass.UNKNOWN else "missing-domain"
+        root = blocker.split(": ", 1)[0]  # (blockers read "value: reason"; a name may hold ":")
+        value = dg.get(root)
+        if value is not None and value.definition.blocks_as is not None:  # a known cause: its own words
+            return value.definition.blocks_as, f"unproven: {value.definition.reason}."
+        k = "unknown-op" if value is not None and value.op_class is OpClass.UNKNOWN else "missing-domain"
         what = {
             ObligationKind.USE: f"{ob.node} {ob.arg} expects {ob.expected}",
             ObligationKind.CLAIM: f"{ob.node} claims output domain {ob.expected}",
@@ -94,6 +97,10 @@ def _describe(dg: DomainGraph, r: Result) -> tuple[str, str]:
             f"while input {ob.other} is in {exp}."
         )
     return ob.finding_kind, f"{ob.node} {ob.arg} expects {exp}, but its producer {ob.value} produces {prod}."
+
+
+#: Unproven finding kinds whose cause is no domain pair (no produced / expected side to show).
+_NO_SIDES = frozenset({"reference-needed"})
 
 
 #: Finding kinds that break a target's op contract: how they break is the target's to say.
@@ -199,22 +206,24 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
             severity=severity,
             message=msg,
             status=r.status.value,
-            produced=_side(r.produced),
-            expected=_side(r.expected),
+            produced=_side(r.produced) if k not in _NO_SIDES else None,
+            expected=_side(r.expected) if k not in _NO_SIDES else None,
             edge=list(r.obligation.edge) if r.obligation.edge else None,
             fix=spec.fix,
             source=_source(node.stack_trace) if node else None,
             module=node.module_path if node else None,
             targets=_breaks_on(dg.target, r.obligation.targets, k),
         )
+    quantized = dg.quantized()
     report = Report(
-        proved=counts[Status.VIOLATED] == 0 and counts[Status.UNPROVEN] == 0,
+        proved=quantized and counts[Status.VIOLATED] == 0 and counts[Status.UNPROVEN] == 0,
         findings=list(findings.values()),
         obligations={s.value: n for s, n in counts.items()},
         form=dg.form,
         name=name,
         target=dg.target,
-        notes=list(dg.notes),
+        notes=list(dg.notes) if quantized else [NOTHING_QUANTIZED, *dg.notes],
+        quantized=quantized,
         stats={
             "values": len(dg),
             "regions": stats.regions,

@@ -38,14 +38,17 @@ def domain_graph(
         return pte.build(obj, _reference(reference) if reference is not None else None)
     if reference is not None:
         raise InputError(f"reference: applies to an ExecuTorch .pte program, not to {type(obj).__name__}")
-    from qflow.integrations import annotated
-    from qflow.integrations.fx import build
-    from qflow.integrations.load import graph_module_of
+    from qflow.integrations.quiet import library_noise
 
-    gm, ep = graph_module_of(obj)
-    if form == "annotated" or (form is None and annotated.is_annotated(gm) and not _has_qdq(gm)):
-        return annotated.build(gm, t)
-    return build(gm, ep, form, t, carry)
+    with library_noise():  # (the libraries' imports and reads log what a qflow user cannot act on)
+        from qflow.integrations import annotated
+        from qflow.integrations.fx import build
+        from qflow.integrations.load import graph_module_of
+
+        gm, ep = graph_module_of(obj)
+        if form == "annotated" or (form is None and annotated.is_annotated(gm) and not _has_qdq(gm)):
+            return annotated.build(gm, t)
+        return build(gm, ep, form, t, carry)
 
 
 def _reference(reference: Any) -> Any:
@@ -115,7 +118,8 @@ def repair(obj: Any, form: str | None = None, objective: str = "count", target: 
     A proved program with no warning is returned unchanged (the same object):
     repair never touches a program it can already vouch for. Raises
     `ProofError` (carrying the report, whose notes say what blocks the repair)
-    when the repaired graph still does not prove or nothing can repair it. A
+    when the repaired graph still does not prove, nothing can repair it, or
+    nothing in `obj` is quantized (`Report.status` "nothing-quantized"). A
     change inside a delegate of a lowered program is made on its partition,
     which the same backend then lowers again; `InputError` names the delegate
     when that is impossible.
@@ -129,8 +133,14 @@ def repair_with_plan(
 ) -> tuple[Any, Plan, Report]:
     """`repair`, also returning the plan carried out and the repaired program's
     report (its JSON has a ``"repair"`` entry counting every change)."""
+    from qflow.integrations.quiet import library_noise
+
+    with library_noise():  # (deep copies and re-lowering warn inside torch)
+        return _repair_with_plan(obj, form, objective, target, name)
+
+
+def _repair_with_plan(obj: Any, form: str | None, objective: str, target: Any, name: str) -> tuple[Any, Plan, Report]:
     import copy
-    from pathlib import Path
 
     from qflow.integrations.load import graph_module_of, load_program
     from qflow.integrations.rewrite import apply_plan, relower_delegates, split_plan
@@ -139,6 +149,9 @@ def repair_with_plan(
         obj = load_program(obj)
     t = targets.get(target)
     before = analyze_graph(domain_graph(obj, form, t), name=name)
+    if before.status == "nothing-quantized":  # nothing to repair is no proof either
+        before.notes = [*before.notes, "repair blocked: nothing is quantized, so there is nothing to repair"]
+        raise ProofError(before)
     # planned with every dropped requant on its own: a chain the repair leaves carried could
     # otherwise carry codes into a requant it inserts
     dg = domain_graph(obj, form, t, carry=False)

@@ -11,7 +11,6 @@ counts as not proved (exit 1 at the default --fail-on warning, 0 at error).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
 import sys
@@ -25,13 +24,12 @@ from qflow.errors import InputError, ProofError, QflowError
 from qflow.report.junit import render_junit
 from qflow.report.kinds import KINDS
 from qflow.report.markdown import render_markdown
-from qflow.report.model import Report
+from qflow.report.model import FAIL_LEVELS, Report
 from qflow.report.sarif import render_sarif
-from qflow.report.text import NOTHING_QUANTIZED
 
 EXIT_PROVED, EXIT_NOT_PROVED, EXIT_BAD_INPUT = 0, 1, 2
 FORMATS = ("text", "json", "markdown", "sarif", "junit")
-FAIL_ON = ("error", "warning", "never")
+FAIL_ON = FAIL_LEVELS
 
 
 def bundled_examples() -> list[Path]:
@@ -60,20 +58,8 @@ class BadInput:
 
 
 def fails(report: Report, fail_on: str) -> bool:
-    """Whether `report` fails CI at the --fail-on level.
-
-    error: an error finding or a violated obligation. warning: also a warning
-    finding or an unproven obligation, i.e. anything short of a proof (the
-    default, so the exit code says "not proved"). never: nothing.
-    """
-    if fail_on == "never":
-        return False
-    violated = report.obligations.get("violated", 0) > 0
-    if fail_on == "error":
-        return violated or any(f.severity == "error" for f in report.findings)
-    if fail_on == "warning":
-        return not report.proved or any(f.severity in ("error", "warning") for f in report.findings)
-    raise ValueError(f"fail_on must be one of {FAIL_ON}, not {fail_on!r}")
+    """Whether `report` fails CI at the --fail-on level (`Report.fails`)."""
+    return report.fails(fail_on)
 
 
 def render(
@@ -268,11 +254,9 @@ def _check(args: argparse.Namespace) -> int:
                 with paused_gc():  # (as qflow.analyze)
                     dg = domain_graph(program, form=None if spec else args.form, target=target, reference=reference)
                     report = analyze_graph(dg, name=name)
-                if not _quantized(dg):
-                    report = dataclasses.replace(report, proved=False, notes=[NOTHING_QUANTIZED, *report.notes])
                 new.append(report)
                 if picture is not None or explorer is not None:  # the plan marks where the requants would go
-                    plan = None if report.proved or not _quantized(dg) else plan_repair(dg)
+                    plan = None if report.status in ("proved", "nothing-quantized") else plan_repair(dg)
                     drawn.append((report, dg, plan, p))
         except QflowError as e:
             message = "a directory with no .pt2 or .pte program in it" if p.is_dir() else str(e).removeprefix(f"{p}: ")
@@ -300,18 +284,6 @@ def _check(args: argparse.Namespace) -> int:
     if bad:
         return EXIT_BAD_INPUT
     return EXIT_NOT_PROVED if any(fails(r, args.fail_on) for r in reports) else EXIT_PROVED
-
-
-def _quantized(dg: Any) -> bool:
-    """Whether anything in the domain graph is quantized (else there is nothing to prove)."""
-    from qflow.ops import OpClass
-
-    for v in dg.values():
-        if v.op_class in (OpClass.QUANTIZE, OpClass.DEQUANTIZE) or v.definition.symbolic is not None:
-            return True
-        if any(d is not None and not d.is_float for d in (v.definition.domain, v.claim)):
-            return True
-    return False
 
 
 def _programs(path: Path, form: str | None, spec: Any) -> list[tuple[str, Any]]:
@@ -406,7 +378,8 @@ def _repair(args: argparse.Namespace) -> int:
             ep, form=args.form, objective=args.objective, target=args.target, name=dst.name
         )
     except ProofError as e:
-        print(f"qflow: {src}: cannot repair: the repaired graph does not prove\n{e.report}", file=sys.stderr)
+        why = "nothing is quantized" if e.report.status == "nothing-quantized" else "the repaired graph does not prove"
+        print(f"qflow: {src}: cannot repair: {why}\n{e.report}", file=sys.stderr)
         return EXIT_NOT_PROVED
     except QflowError as e:
         print(f"qflow: {src}: {str(e).removeprefix(f'{src}: ')}", file=sys.stderr)
@@ -493,6 +466,13 @@ def parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 proved, 1 not proved (see `qflow check --fail-on`), 2 bad input.",
     )
     p.add_argument("--version", action="version", version=f"qflow {__version__}")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also show, on stderr, what the libraries qflow drives (torch, torchao, ExecuTorch) log and warn "
+        "while it drives them; quiet by default",
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     c = sub.add_parser(
         "check",
@@ -633,10 +613,24 @@ def quiet_known_noise() -> None:
         warnings.filterwarnings("ignore", message=message, category=FutureWarning)
 
 
+def _show_library_noise() -> None:
+    """-v: what qflow keeps from the libraries it drives (`qflow.libraries`), on stderr."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("qflow -v: %(message)s"))
+    log = logging.getLogger("qflow")
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (argparse exits 2 itself on bad usage)."""
     args = parser().parse_args(argv)
-    quiet_known_noise()
+    if args.verbose:
+        _show_library_noise()
+    else:
+        quiet_known_noise()
     func: Callable[[argparse.Namespace], Any] = args.func
     return int(func(args))
 

@@ -56,6 +56,10 @@ class Definition:
     blocking: bool = False  # FREE: an obligation that depends on it is unproven, not violated
     reason: str = ""  # FREE/ALIAS: why, for messages
     symbolic: Symbolic | None = None
+    #: FREE and blocking: the finding kind of an obligation it leaves unproven, when the
+    #: reason is a known one with its own remedy (e.g. "reference-needed"); None: the
+    #: analysis names it (unknown-op or missing-domain).
+    blocks_as: str | None = None
 
     @property
     def domain_free(self) -> bool:
@@ -175,6 +179,17 @@ class DomainGraph:
 
     def oblige(self, ob: Obligation) -> None:
         self.obligations.append(ob)
+
+    def quantized(self) -> bool:
+        """Whether anything in the graph is quantized: a quantize / dequantize, a
+        symbolic (annotated) domain, or an integer domain declared or realised.
+        A program with none has nothing to prove, which is not a proof."""
+        for v in self._by_name.values():
+            if v.op_class in (OpClass.QUANTIZE, OpClass.DEQUANTIZE) or v.definition.symbolic is not None:
+                return True
+            if any(d is not None and not d.is_float for d in (v.definition.domain, v.claim)):
+                return True
+        return False
 
     def __len__(self) -> int:
         return self.g.number_of_nodes()

@@ -22,9 +22,10 @@ from qflow.report.model import Report
 
 
 class QflowPass(PassBase):
-    """A graph pass: "check" raises ProofError unless every obligation is
-    proved; "repair" inserts the minimal requants in place, re-proves, and
-    raises ProofError if the result still does not prove.
+    """A graph pass: "check" raises ProofError unless the program is proved
+    (`Report.status`; a program with nothing quantized is not); "repair"
+    inserts the minimal requants in place, re-proves, and raises ProofError if
+    the result still does not prove.
 
     `target` is the backend the program is about to be lowered to: a target
     name, or the partitioner object itself (its backend's target); None checks
@@ -48,7 +49,7 @@ class QflowPass(PassBase):
         self.reports.append(report)
         if report.proved:
             return PassResult(graph_module, False)
-        if self.mode == "check":
+        if self.mode == "check" or report.status == "nothing-quantized":  # (nothing to repair)
             raise ProofError(report)
         plan = plan_repair(domain_graph(graph_module, target=self.target, carry=False), self.objective)
         apply_plan(graph_module, plan)

@@ -11,6 +11,7 @@ import torch.fx as fx
 
 from qflow.errors import InputError
 from qflow.integrations import pt2
+from qflow.integrations.quiet import library_noise
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +98,17 @@ def load_program(path: str | Path) -> torch.export.ExportedProgram:
     retry without weights_only): load only programs from a trusted source."""
     p = Path(path)
     _check_path(p)
-    try:
-        _register_quant_ops()
-        return torch.export.load(p)
-    except InputError:
-        raise
-    except Exception as e:  # torch raises many kinds on a corrupt archive
-        raise InputError(f"{p}: cannot load the exported program: {type(e).__name__}: {e}") from e
+    with library_noise() as records:  # torch logs its traceback, then raises "see the warnings above"
+        try:
+            _register_quant_ops()
+            return torch.export.load(p)
+        except InputError:
+            raise
+        except Exception as e:  # torch raises many kinds on a corrupt archive
+            causes = [r.exc_info[1] for r in records if r.exc_info and r.exc_info[1] is not None]
+            cause = causes[-1] if causes else e
+            what = str(cause).strip().splitlines()[-1] if str(cause).strip() else ""
+            raise InputError(f"{p}: cannot load the exported program: {type(cause).__name__}: {what}") from e
 
 
 def form_mismatch(gm: fx.GraphModule, form: str | None) -> str | None:

@@ -114,6 +114,7 @@ def report_from_json(d: dict[str, Any]) -> Report:
         name=d.get("name", ""),
         notes=list(d.get("notes", [])),
         stats=dict(d.get("stats", {})),
+        quantized=d.get("status") != "nothing-quantized",
     )
 
 
@@ -144,6 +145,7 @@ def summarize(tests: list[TestRecord]) -> dict[str, Any]:
         "programs": len(programs),
         "programs_by_kind": dict(Counter(p.kind for p in programs)),
         "proved_programs": sum(1 for r in reports if r.proved),
+        "nothing_quantized_programs": sum(1 for r in reports if r.status == "nothing-quantized"),
         "analysis_errors": sum(1 for p in programs if p.error is not None),
         "obligations": dict(obligations),
         "findings": dict(severities),

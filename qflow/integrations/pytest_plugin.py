@@ -322,7 +322,8 @@ class _Controller:
         terminalreporter.write_sep("-", "qflow observe")
         terminalreporter.write_line(
             f"qflow: {s['tests_with_programs']}/{s['tests']} tests lowered {s['programs']} programs ({kinds}), "
-            f"{s['proved_programs']} proved; obligations {ob['proved']} proved / {ob['violated']} violated / "
+            f"{s['proved_programs']} proved, {s['nothing_quantized_programs']} with nothing quantized; "
+            f"obligations {ob['proved']} proved / {ob['violated']} violated / "
             f"{ob['unproven']} unproven; findings {fi['error']} error / {fi['warning']} warning / "
             f"{fi['info']} info; {s['analysis_errors']} analysis errors; {s['qflow_seconds']:.1f} s in qflow"
         )

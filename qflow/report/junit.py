@@ -46,7 +46,7 @@ def _testcase(suite: ET.Element, f: Finding) -> bool:
 def _suite(root: ET.Element, r: Report) -> tuple[int, int]:
     suite = ET.SubElement(root, "testsuite", name=r.name or r.form)
     props = ET.SubElement(suite, "properties")
-    facts = [("form", r.form), ("proved", str(r.proved).lower())]
+    facts = [("form", r.form), ("proved", str(r.proved).lower()), ("status", r.status)]
     facts += [(f"obligations.{k}", v) for k, v in r.obligations.items()]
     for k, v in facts:
         ET.SubElement(props, "property", name=k, value=str(v))
@@ -57,7 +57,8 @@ def _suite(root: ET.Element, r: Report) -> tuple[int, int]:
         if r.proved:
             ET.SubElement(case, "system-out").text = _counts(r)
         else:
-            ET.SubElement(case, "failure", message=f"not proved: {_counts(r)}", type="not-proved").text = _counts(r)
+            what = "nothing quantized" if r.status == "nothing-quantized" else "not proved"
+            ET.SubElement(case, "failure", message=f"{what}: {_counts(r)}", type="not-proved").text = _counts(r)
             failures = 1
         tests += 1
     for note in r.notes:

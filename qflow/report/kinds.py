@@ -178,6 +178,17 @@ KINDS: dict[str, Kind] = {
             "Give the producer an explicit output domain (a quantize after it).",
         ),
         Kind(
+            "reference-needed",
+            "warning",
+            "a delegate payload needs the program it was lowered from to be proved",
+            "A .pte checked alone carries what its delegates compute, but not every domain: a TOSA payload "
+            "keeps its weights (and biases) as bare integer codes, and their scales live only in the PT2E "
+            "program the .pte was lowered from. What depends on them is unproven, never proved, until that "
+            "program is given.",
+            "Pass the program the .pte was lowered from: `qflow check model.pte --reference model.pt2` "
+            "(API: `qflow.analyze('model.pte', reference=exported_program_or_pt2_path)`).",
+        ),
+        Kind(
             "tosa-artifact-mismatch",
             "error",
             "the TOSA flatbuffer the backend emitted does not realise the declared domains",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from qflow.report.model import Finding, Report
 from qflow.report.sarif import as_reports, display_path, split_source
-from qflow.report.text import _domain
+from qflow.report.text import VERDICTS, _domain
 
 #: GitHub caps a comment at 65,536 characters; past this many findings the
 #: details are cut (the table still counts every finding).
@@ -99,7 +99,7 @@ def render_markdown(
     ]
     for r in rs:
         ob = r.obligations
-        verdict = "✅ PROVED" if r.proved else "❌ NOT PROVED"
+        verdict = ("✅ " if r.proved else "❌ ") + VERDICTS.get(r.status, "NOT PROVED")
         lines.append(
             f"| {_cell(r.name or '(unnamed)')} | {_cell(r.form)} | {verdict} | {ob.get('proved', 0)} | "
             f"{ob.get('violated', 0)} | {ob.get('unproven', 0)} | {_counts(r.findings)} |"

@@ -9,6 +9,16 @@ from typing import Any
 
 SCHEMA = "qflow.report/1"
 SEVERITIES = ("error", "warning", "info")
+#: CI gate levels (`Report.fails`, the CLI's --fail-on).
+FAIL_LEVELS = ("error", "warning", "never")
+#: A report's verdict (`Report.status`), the one every entry point reads: the API,
+#: the CLI's exit code, repair, the pytest plugin and QflowPass.
+STATUSES = ("proved", "violated", "unproven", "nothing-quantized")
+#: The note of a program with nothing quantized: nothing to prove, which is not a proof.
+NOTHING_QUANTIZED = (
+    "nothing is quantized (no quantize/dequantize node, qparams or quantized delegate), so there is nothing "
+    "to prove: is this the program before quantization, rather than the one convert_pt2e returned?"
+)
 
 
 @dataclass
@@ -50,6 +60,40 @@ class Report:
     domains: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: The repair carried out to get this program (`Plan.to_json()`), when it is a repair's result.
     repair: dict[str, Any] | None = None
+    #: False when nothing in the program is quantized: then it is not proved (status
+    #: "nothing-quantized"), so a CI gate never passes a model that was never quantized.
+    quantized: bool = True
+
+    def __post_init__(self) -> None:
+        if self.proved and not self.quantized:
+            raise ValueError("a report of a program with nothing quantized cannot be proved")
+
+    @property
+    def status(self) -> str:
+        """The verdict, one of `STATUSES`: proved; violated (an obligation is violated or a
+        finding is an error); unproven (short of a proof, nothing shown wrong); or
+        nothing-quantized (nothing to prove)."""
+        if not self.quantized:
+            return "nothing-quantized"
+        if self.proved:
+            return "proved"
+        if self.obligations.get("violated", 0) or any(f.severity == "error" for f in self.findings):
+            return "violated"
+        return "unproven"
+
+    def fails(self, level: str = "warning") -> bool:
+        """Whether this report fails a CI gate at `level` (the CLI's --fail-on).
+
+        error: an error finding or a violated obligation. warning (the default): anything
+        short of a proof, i.e. not proved (nothing quantized included) or a warning finding.
+        never: nothing."""
+        if level == "never":
+            return False
+        if level == "error":
+            return self.obligations.get("violated", 0) > 0 or any(f.severity == "error" for f in self.findings)
+        if level == "warning":
+            return not self.proved or any(f.severity in ("error", "warning") for f in self.findings)
+        raise ValueError(f"fail level must be one of {FAIL_LEVELS}, not {level!r}")
 
     @property
     def errors(self) -> list[Finding]:
@@ -62,6 +106,7 @@ class Report:
             "form": self.form,
             "target": self.target,
             "proved": self.proved,
+            "status": self.status,
             "findings": [f.to_dict() for f in self.findings],
             "obligations": dict(self.obligations),
             "notes": list(self.notes),

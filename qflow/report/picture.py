@@ -26,6 +26,7 @@ from qflow.graph import DomainGraph
 from qflow.lattice import Elem, ElemKind, propagate
 from qflow.ops import base_name
 from qflow.report.model import Finding, Report
+from qflow.report.text import VERDICTS
 from qflow.solvers.repair import Plan, Requant
 
 SUFFIXES = (".svg", ".dot")
@@ -179,7 +180,7 @@ class _Drawer:
 
     def title(self, extra: str = "") -> str:
         r, ob = self.r, self.r.obligations
-        verdict = "PROVED" if r.proved else "NOT PROVED"
+        verdict = VERDICTS.get(r.status, "NOT PROVED")
         counts = f"{ob.get('proved', 0)} proved, {ob.get('violated', 0)} violated, {ob.get('unproven', 0)} unproven"
         return _text(f"{r.name or '(unnamed)'}: {verdict} ({r.form} graph)", counts, extra, end="\\l")
 

@@ -153,7 +153,14 @@ def render_sarif(
         "columnKind": "unicodeCodePoints",
         "properties": {
             "reports": [
-                {"name": r.name, "form": r.form, "proved": r.proved, "obligations": dict(r.obligations)} for r in rs
+                {
+                    "name": r.name,
+                    "form": r.form,
+                    "proved": r.proved,
+                    "status": r.status,
+                    "obligations": dict(r.obligations),
+                }
+                for r in rs
             ]
         },
     }

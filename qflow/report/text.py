@@ -6,11 +6,8 @@ from typing import Any
 
 from qflow.report.model import Finding, Report
 
-#: The note of a program with nothing quantized: nothing to prove, so not PROVED (see qflow.cli).
-NOTHING_QUANTIZED = (
-    "nothing is quantized (no quantize/dequantize node, qparams or quantized delegate), so there is nothing "
-    "to prove: is this the program before quantization, rather than the one convert_pt2e returned?"
-)
+#: The verdict's words in the summary line (any other status: NOT PROVED).
+VERDICTS = {"proved": "PROVED", "nothing-quantized": "NOTHING QUANTIZED"}
 
 
 def _domain(d: dict[str, Any] | None) -> str:
@@ -44,7 +41,7 @@ def render_finding(f: Finding) -> str:
 
 def render_text(r: Report) -> str:
     ob = r.obligations
-    verdict = "PROVED" if r.proved else "NOTHING QUANTIZED" if NOTHING_QUANTIZED in r.notes else "NOT PROVED"
+    verdict = VERDICTS.get(r.status, "NOT PROVED")
     head = (
         f"qflow: {r.name + ': ' if r.name else ''}{verdict} ({r.form} graph, target {r.target}) — "
         f"{ob.get('proved', 0)} proved, {ob.get('violated', 0)} violated, "

@@ -327,6 +327,10 @@ def _fmt(d: Domain | Dom | None) -> str:
     return "?" if d is None else str(d)
 
 
+#: Why a constant the artifact holds has no domain (no anchor gave it one).
+_UNANCHORED = "has no declared domain"
+
+
 @dataclass(frozen=True)
 class Check:
     """One obligation of the artifact: ok True (holds), False (violated) or
@@ -340,10 +344,14 @@ class Check:
     message: str
     produced: Domain | None = None
     expected: Domain | None = None
+    #: Undecided only because a constant has no declared domain: the weights of a
+    #: payload read alone, which the program it was lowered from would give.
+    needs_reference: bool = False
 
     @property
     def where(self) -> str:
-        return f"TOSA {self.op} #{self.index} ({self.tensor}; PT2E node {self.node})"
+        node = f"; PT2E node {self.node}" if self.node != "?" else ""  # (a .pte read alone names none)
+        return f"TOSA {self.op} #{self.index} ({self.tensor}{node})"
 
 
 _COPY = {
@@ -501,7 +509,7 @@ class Interpreter:
 
         self.checks.append(
             Check(ok, op.op, op.index, op.outputs[0] if op.outputs else "", self.node_of(op), msg,
-                  as_domain(produced), as_domain(expected))
+                  as_domain(produced), as_domain(expected), needs_reference=ok is None and _UNANCHORED in msg)
         )  # fmt: skip
 
     def data(self, name: str) -> np.ndarray | None:
@@ -602,7 +610,7 @@ class Interpreter:
         if d is not None:
             self.dom[name] = _dom_of(d)
         else:
-            self.unknown(name, _QDTYPE.get(t.dtype, t.dtype.lower()), f"constant {name} has no declared domain")
+            self.unknown(name, _QDTYPE.get(t.dtype, t.dtype.lower()), f"constant {name} {_UNANCHORED}")
 
     def copy(self, op: TosaOp) -> None:
         src = self.get(op.inputs[0])
@@ -1514,14 +1522,21 @@ def check_delegate(gm: Any, call: Any, lowered: Any) -> list[Check] | None:
 # ---------------------------------------------------------------------------
 
 KIND = "tosa-artifact-mismatch"
+#: The target whose contract a TOSA payload is checked against.
+TARGET_NAME = "arm-tosa"
 
 
 def add_evidence(dg: Any, prefix: str, call_name: str, checks: Iterable[Check]) -> None:
     """One obligation per check, reported at ``<prefix>/tosa:<tensor>``;
-    undecidable checks become unproven obligations (never proved)."""
+    undecidable checks become unproven obligations (never proved). Those
+    undecided only for want of the weights' scales are reported once, at the
+    delegate call, as `reference-needed` (the remedy is the same for all). A
+    failure breaks the program on arm-tosa only."""
     from qflow.graph import Definition, DefKind, Obligation, ObligationKind, Value
     from qflow.ops import OpClass
 
+    checks = list(checks)
+    unanchored = sum(c.needs_reference for c in checks)
     for k, c in enumerate(checks):
         node = f"{prefix}/tosa#{c.index}:{c.tensor}"
         text = f"TOSA artifact of {call_name}: {c.where}: {c.message}"
@@ -1529,18 +1544,25 @@ def add_evidence(dg: Any, prefix: str, call_name: str, checks: Iterable[Check]) 
             dg.add_value(Value(node, f"tosa.{c.op}", OpClass.COMPUTE, Definition(DefKind.FREE, reason="TOSA artifact")))
         if c.ok is None:
             blocker = f"{node}?{k}"
+            if c.needs_reference:
+                text = (
+                    f"the TOSA payload of {call_name} keeps its weights as bare codes; {unanchored} of its checks "
+                    f"need their scales, which only the program it was lowered from declares (first: {c.where})"
+                )
             dg.add_value(
                 Value(blocker, f"tosa.{c.op}", OpClass.UNKNOWN,
-                      Definition(DefKind.FREE, blocking=True, reason=text))
+                      Definition(DefKind.FREE, blocking=True, reason=text,
+                                 blocks_as="reference-needed" if c.needs_reference else None))
             )  # fmt: skip
             dg.oblige(
-                Obligation(ObligationKind.USE, node=node, value=blocker, expected=c.expected or FLOAT,
-                           expected_real=False, arg=f"TOSA {c.op} #{c.index}", finding_kind=KIND)
+                Obligation(ObligationKind.USE, node=call_name if c.needs_reference else node, value=blocker,
+                           expected=c.expected or FLOAT, expected_real=False, arg=f"TOSA {c.op} #{c.index}",
+                           finding_kind=KIND, targets=(TARGET_NAME,))
             )  # fmt: skip
             continue
         dg.oblige(
             Obligation(ObligationKind.STRUCTURAL, node=node, value=node, expected=c.expected, holds=c.ok,
-                       finding_kind=KIND, arg=f"TOSA {c.op} #{c.index}",
+                       finding_kind=KIND, arg=f"TOSA {c.op} #{c.index}", targets=(TARGET_NAME,),
                        detail=text + (f" (produced {_fmt(c.produced)}, expected {_fmt(c.expected)})"
                                       if c.produced or c.expected else ""))
         )  # fmt: skip
