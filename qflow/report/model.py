@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 SCHEMA = "qflow.report/1"
+#: The JSON Schema of `Report.to_json()` (shipped with the package).
+SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 SEVERITIES = ("error", "warning", "info")
 #: CI gate levels (`Report.fails`, the CLI's --fail-on).
 FAIL_LEVELS = ("error", "warning", "never")
