@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 
 import networkx as nx
 
+from qflow.bounds import Bound
 from qflow.errors import InputError
 from qflow.gc_pause import paused_gc
 from qflow.graph import DomainGraph, ObligationKind
@@ -15,7 +16,7 @@ from qflow.lattice import propagate
 from qflow.lattice.elements import Elem
 from qflow.ops import OpClass
 from qflow.report.kinds import kind
-from qflow.report.model import NOTHING_QUANTIZED, Finding, Report
+from qflow.report.model import NOTHING_QUANTIZED, SEVERITIES, Finding, Report
 from qflow.solvers.prove import Result, Side, Status, prove
 
 _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+)')
@@ -97,6 +98,17 @@ def _describe(dg: DomainGraph, r: Result) -> tuple[str, str]:
             f"while input {ob.other} is in {exp}."
         )
     return ob.finding_kind, f"{ob.node} {ob.arg} expects {exp}, but its producer {ob.value} produces {prod}."
+
+
+def _within_rounding(dg: DomainGraph, r: Result, bound: Bound) -> str:
+    """The message of a domain change a code copy drops that moves no output code."""
+    ob = r.obligation
+    prod = str(r.produced.domain) if r.produced and r.produced.domain else "?"
+    exp = str(r.expected.domain) if r.expected and r.expected.domain else "?"
+    return (
+        f"{ob.node} copies codes in {prod} into {exp}, a domain change the lowering drops; over every code "
+        f"its input can hold that {bound}, within the rounding of the requant itself: it computes right."
+    )
 
 
 #: Unproven finding kinds whose cause is no domain pair (no produced / expected side to show).
@@ -188,9 +200,15 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
     proved = Status.PROVED
     for r in results:
         counts[r.status] += 1
-        if r.status is proved and not r.obligation.inform:
+        bound = r.bound or r.obligation.bound
+        if r.status is proved and not r.obligation.inform and bound is None:
             continue
-        k, msg = _describe(dg, r)
+        if r.status is proved and bound is not None:  # a domain change a copy drops, within rounding
+            k, msg = r.obligation.finding_kind, _within_rounding(dg, r, bound)
+        else:
+            k, msg = _describe(dg, r)
+            if bound is not None and r.obligation.kind is not ObligationKind.STRUCTURAL:
+                msg = f"{msg} Over every code its input can hold, that {bound}."
         spec = kind(k)
         if r.status is Status.PROVED:  # an obligation that holds but is worth knowing about
             severity = r.obligation.severity or "info"
@@ -213,11 +231,13 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
             source=_source(node.stack_trace) if node else None,
             module=node.module_path if node else None,
             targets=_breaks_on(dg.target, r.obligation.targets, k),
+            bound_lsb=round(bound.lsb, 3) if bound is not None else None,
         )
     quantized = dg.quantized()
     report = Report(
         proved=quantized and counts[Status.VIOLATED] == 0 and counts[Status.UNPROVEN] == 0,
-        findings=list(findings.values()),
+        # the worst first: by severity, then by how far the output moves (stable otherwise)
+        findings=sorted(findings.values(), key=lambda f: (SEVERITIES.index(f.severity), -(f.bound_lsb or 0.0))),
         obligations={s.value: n for s, n in counts.items()},
         form=dg.form,
         name=name,

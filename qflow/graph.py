@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
+from qflow.bounds import Bound
 from qflow.domain import FLOAT, Domain
 from qflow.ops import OpClass
 
@@ -120,6 +121,8 @@ class Obligation:
     #: The targets on which a failure breaks the program (empty: every target
     #: the analysis was made for).
     targets: tuple[str, ...] = ()
+    #: STRUCTURAL: how far the failure moves the output, when known.
+    bound: Bound | None = None
 
 
 @dataclass

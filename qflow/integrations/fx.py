@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from qflow import bounds
 from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
 from qflow.gc_pause import paused_gc
@@ -669,10 +670,9 @@ class FxAdapter:
         the input's scale: the output domain must have it too."""
         if d_in is None or d_in.per_channel or d_out.per_channel:
             return
-        # scales a hair apart (two observers of one range) move no code by more
-        # than one output LSB over the whole range: that computes right
-        ratio = d_in.scale / d_out.scale if d_out.scale else float("inf")
-        holds = d_in.dtype == d_out.dtype and abs(ratio - 1.0) * (d_out.qmax - d_out.qmin) <= 1.0
+        # scales a hair apart (two observers of one range) may move no reachable code
+        bound = bounds.dropped_requant(d_in, d_out, bounds.ZP_ONLY)
+        holds = bound is not None and bound.within_rounding
         where = self._breaking(node, OpRule.ZP_ONLY)
         on = ", ".join(where) if where else self.target.name
         op = base_name(target_name(node))
@@ -690,8 +690,10 @@ class FxAdapter:
                     f"{node.name} ({op}) reads codes in {d_in} and its output is declared in {d_out}. "
                     f"On {on} {op} is lowered with the two zero points only and no rescale, so the scale "
                     f"{d_in.scale:.6g} is kept and the declared {d_out.scale:.6g} is silently dropped: every "
-                    f"output value is off by the factor {d_in.scale / d_out.scale:.4g}."
+                    f"output value is off by the factor {d_in.scale / d_out.scale:.4g}"
+                    + (f": it {bound}." if bound is not None else ".")
                 ),
+                bound=bound,
                 fix_domain=Domain.quantized(d_out.dtype, d_in.scale, d_out.zero_point, d_out.qmin, d_out.qmax),
             )
         )

@@ -43,6 +43,9 @@ class Finding:
     #: On which targets the program breaks, and how ("silent miscompile",
     #: "refused at lowering", "refused at load").
     targets: dict[str, str] | None = None
+    #: How far the failure moves the output, in output LSB before rounding (a requant a
+    #: code copy or a zero-point-only lowering drops), when qflow can bound it.
+    bound_lsb: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v not in (None, "")}

@@ -1,0 +1,92 @@
+"""How far a dropped requant moves the output, in output LSB.
+
+When a backend lowers an op by copying codes (cat, view, a clamp) or by
+applying the zero points only (TOSA NEGATE), a requant across it is lost: the
+consumer reads codes of the input domain as if they were in the declared
+output domain. Whether that computes wrong is a question of numbers, not of
+equal domains: two observers of one range give scales 0.1 % apart, and no
+reachable code moves. This module answers it exactly, for every code the
+input can hold.
+
+For an input code ``c`` in ``[lo, hi]`` (the input domain's code range, or a
+tighter reachable range), the program as quantized asks for the output code
+``clamp(round(r * (c - zp_in)) + zp_out, qmin_out, qmax_out)`` with
+``r = s_in / s_out``. The backend writes ``c`` itself (code copy), or, applying
+the zero points only to an op ``v = f(c - zp_in)`` with ``|f(v)| <= |v|``
+(negate, abs, pooling), ``clamp(v + zp_out)`` to its dtype where the program
+asks for ``clamp(round(r * v) + zp_out, qmin_out, qmax_out)``. The real error
+before the final rounding, in output LSB, is piecewise linear in ``c`` (or
+``v``): its largest magnitude is at an end of the range or where a clamp
+starts to bite, so evaluating it there bounds it over every code, exactly up
+to the integer grid. When it is at most half an LSB (the rounding of the
+requant itself), every code the backend writes is one the requant would round
+to, up to a tie: the program computes right. Otherwise codes move, by up to
+``floor(max |e| + 1/2)``.
+
+Torch-free and solver-free: the tests compare it with every code of int8 and
+int16 enumerated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from qflow.domain import DTYPE_RANGE, Domain
+
+#: The obligation holds when the real error stays within the rounding of one requant.
+TOLERANCE_LSB = 0.5
+#: How the backend realises the op the requant was dropped across.
+COPY, ZP_ONLY = "code-copy", "zp-only"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The worst-case error a dropped requant causes, over every reachable input code."""
+
+    lsb: float  # max |e| in output LSB, before the final rounding
+    codes: int  # the most any output code moves
+
+    @property
+    def within_rounding(self) -> bool:
+        return self.lsb <= TOLERANCE_LSB
+
+    def __str__(self) -> str:
+        if self.codes == 0:
+            return f"moves no output code (at most {self.lsb:.3g} output LSB before rounding)"
+        return f"moves output codes by up to {self.codes} LSB ({self.lsb:.3g} output LSB before rounding)"
+
+
+def dropped_requant(d_in: Domain, d_out: Domain, how: str, code_range: tuple[int, int] | None = None) -> Bound | None:
+    """The bound for codes of `d_in` read as `d_out` across an op lowered as `how`
+    (COPY or ZP_ONLY), over `code_range` (default: `d_in`'s whole range). None
+    when the question has no fixed answer (a float, per-channel, run-time or
+    symbolic side, no scale, or another dtype: then the buffer itself differs)."""
+    for d in (d_in, d_out):
+        if d.is_float or d.per_channel or d.opaque is not None or not isinstance(d.scale, float) or d.scale <= 0:
+            return None
+    if d_in.dtype != d_out.dtype or how not in (COPY, ZP_ONLY):
+        return None
+    lo, hi = code_range if code_range is not None else (d_in.qmin, d_in.qmax)
+    r = d_in.scale / d_out.scale
+    zi, zo = int(d_in.zero_point), int(d_out.zero_point)  # type: ignore[arg-type]
+    qlo, qhi = d_out.qmin, d_out.qmax
+    if how == COPY:  # in terms of c: the backend writes c
+        xs = [lo, hi, *(zi + (q - zo) / r for q in (qlo, qhi))]
+        xs = [x for x in xs if lo <= x <= hi]
+
+        def err(c: float) -> float:
+            return c - min(max(r * (c - zi) + zo, qlo), qhi)
+
+    else:  # in terms of v = f(c - zi), |v| <= m: the backend writes clamp(v + zo) to the dtype
+        m = max(abs(lo - zi), abs(hi - zi))
+        dlo, dhi = DTYPE_RANGE[d_out.dtype]
+        xs = [-m, m, *((q - zo) / r for q in (qlo, qhi)), dlo - zo, dhi - zo]
+        xs = [x for x in xs if -m <= x <= m]
+
+        def err(v: float) -> float:
+            return min(max(v + zo, dlo), dhi) - min(max(r * v + zo, qlo), qhi)
+
+    worst = max(xs, key=lambda x: abs(err(x)))
+    e = abs(err(worst))
+    return Bound(lsb=e, codes=0 if e < 0.5 else math.floor(e + 0.5))
