@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import networkx as nx
 
 from qflow.bounds import Bound
-from qflow.domain import FLOAT, Domain
+from qflow.domain import DTYPE_RANGE, FLOAT, Domain
 from qflow.ops import OpClass
 
 
@@ -190,10 +190,10 @@ class DomainGraph:
         for v in self._by_name.values():
             if v.op_class in (OpClass.QUANTIZE, OpClass.DEQUANTIZE) or v.definition.symbolic is not None:
                 return True
-            if any(d is not None and not d.is_float for d in (v.definition.domain, v.claim)):
+            if any(_quantized(d) for d in (v.definition.domain, v.claim)):
                 return True
         # (an artifact's checks declare integer domains of tensors the graph does not model)
-        return any(ob.expected is not None and not ob.expected.is_float for ob in self.obligations)
+        return any(_quantized(ob.expected) for ob in self.obligations)
 
     def __len__(self) -> int:
         return self.g.number_of_nodes()
@@ -249,6 +249,13 @@ class DomainGraph:
             edge = (f"{prefix}/{ob.edge[0]}", f"{prefix}/{ob.edge[1]}") if ob.edge else None
             self.oblige(replace(ob, node=ren(ob.node), value=ren(ob.value), other=ren(ob.other), edge=edge))
         self.notes += [f"{prefix}: {n}" for n in sub.notes]
+
+
+def _quantized(d: Domain | None) -> bool:
+    """An integer domain other than plain integer data (scale 1, zero point 0, the dtype's range)."""
+    if d is None or d.is_float:
+        return False
+    return (d.scale, d.zero_point, (d.qmin, d.qmax)) != (1.0, 0, DTYPE_RANGE.get(d.dtype))
 
 
 def float_fact() -> Definition:
