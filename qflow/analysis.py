@@ -112,7 +112,7 @@ def _within_rounding(dg: DomainGraph, r: Result, bound: Bound) -> str:
 
 
 #: Unproven finding kinds whose cause is no domain pair (no produced / expected side to show).
-_NO_SIDES = frozenset({"reference-needed"})
+_NO_SIDES = frozenset({"reference-needed", "unvalidated-lowering"})
 
 
 #: Finding kinds that break a target's op contract: how they break is the target's to say.

@@ -766,10 +766,46 @@ class FxAdapter:
             return
         if cls is OpClass.COMPUTE:
             self._value(node, cls, float_fact())
+            dtype = None
             for i, j, a in _tensor_args(node):
                 self._use(a, node, _label(i, j), FLOAT, True)
+                if dtype is None and self._op_class(a) is OpClass.DEQUANTIZE:
+                    dq = self.dg.get(a.name)
+                    dtype = dq.definition.domain.dtype if dq and dq.definition.domain else None
+            self._oblige_measured(node, dtype)
             return
         self._add_unknown(node, None)
+
+    def _oblige_measured(self, node: fx.Node, dtype: str | None) -> None:
+        """A compute op a target lowers on integer codes (at activation dtype `dtype`) must have been
+        measured to compute right there (`Target.validated`); else what it computes is unproven."""
+        if dtype is None:
+            return
+        op = base_name(target_name(node))
+        rules = self._rules(node)
+        unmeasured = tuple(
+            t.name
+            for t in self._members
+            if rules.get(t.name) is not OpRule.CPU_FLOAT
+            and not t.lowering_validated(op, dtype)
+            and not (t.float_unless_qdq and not self._between_qdq(node))  # (in float there)
+        )
+        if not unmeasured:
+            return
+        blocker = f"{node.name}?lowering"
+        reason = (
+            f"{node.name} ({op}, {dtype} activations) is lowered on integer codes on {', '.join(unmeasured)}, "
+            "where that lowering has not been measured against the backend (contract probe): "
+            "qflow cannot vouch for what it computes"
+        )
+        self.dg.add_value(
+            Value(blocker, target_name(node), OpClass.UNKNOWN,
+                  Definition(DefKind.FREE, blocking=True, reason=reason, blocks_as="unvalidated-lowering"))
+        )  # fmt: skip
+        self.dg.oblige(
+            Obligation(ObligationKind.USE, node=node.name, value=blocker, expected=FLOAT, expected_real=True,
+                       arg="its lowering", finding_kind="unvalidated-lowering", targets=unmeasured)
+        )  # fmt: skip
 
     def _add_cpu_float(self, node: fx.Node, cls: OpClass) -> None:
         """Outside the delegates of a lowered program nothing is lowered any
@@ -805,6 +841,8 @@ class FxAdapter:
         elif cls is OpClass.COMPUTE:
             if rule is OpRule.ZP_ONLY and out is not None and 0 in declared:
                 self._zp_only(node, declared[0], out, None)
+            if quantized:
+                self._oblige_measured(node, (declared.get(0) or out or next(iter(declared.values()))).dtype)
             if out is not None and out.narrowed:
                 self._add_narrowed(node, cls, out)
             elif out is not None:

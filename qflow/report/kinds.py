@@ -178,6 +178,19 @@ KINDS: dict[str, Kind] = {
             "Give the producer an explicit output domain (a quantize after it).",
         ),
         Kind(
+            "unvalidated-lowering",
+            "warning",
+            "an op whose lowering on the target has not been measured stands in the way of a proof",
+            "Whether a program computes right on a backend depends on what the backend makes of each op, "
+            "and qflow measures that against the real backend (the contract probe) instead of assuming it. "
+            "This op is lowered on integer codes there, but its lowering at this activation dtype has not "
+            "been measured, so qflow cannot vouch for what it computes: the program is unproven, never "
+            "proved (Arm's int16 LayerNorm, GELU and SDPA decompositions miscompute while every domain in "
+            "the program is consistent).",
+            "Keep the op in float on that target (do not quantize it), or measure it: add a case to the "
+            "contract probe (tests/contracts/) and, when it computes right, to the target's `validated` ops.",
+        ),
+        Kind(
             "reference-needed",
             "warning",
             "a delegate payload needs the program it was lowered from to be proved",

@@ -89,6 +89,17 @@ class Target:
     #: target is read: what its delegates really read and write and its own
     #: checks of what it emitted. See `backend_module`.
     backend: str | None = None
+    #: The compute ops whose stock lowering was measured to compute right on this
+    #: backend (the contract probe, `tests/contracts/`), by activation dtype
+    #: ("int8", "int16"). A compute op the backend lowers on integer codes that is
+    #: not listed cannot be proved there: its obligations are unproven, never
+    #: proved (issue #30: Arm's int16 LayerNorm decomposition miscomputes while
+    #: every domain in the program is consistent). None: nothing is validated.
+    validated: Mapping[str, frozenset[str]] | None = None
+
+    def lowering_validated(self, op: str, dtype: str) -> bool:
+        """Was `op`'s lowering at activation dtype `dtype` measured to compute right here?"""
+        return self.validated is not None and op in self.validated.get(dtype, ())
 
     def backend_module(self) -> ModuleType | None:
         """The backend reader, or None. It may define (each optional):

@@ -1,0 +1,65 @@
+"""Sound first (issue #30): an op whose lowering on the target was never measured cannot be
+proved there. The smallest miscompile of the transformer campaign: one LayerNorm with Arm's
+stock a16w8 config, whose TOSA decomposition is hundreds of int16 LSB off while every domain
+in the program is consistent."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from executorch.backends.arm.quantizer import get_symmetric_a16w8_quantization_config
+
+import qflow
+from qflow import targets
+from qflow.integrations import arm
+
+INT16 = "TOSA-1.0+INT+int16"
+
+
+class Norm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x)
+
+
+@pytest.fixture(scope="module")
+def layer_norm_a16w8():
+    """(converted program, its export, inputs) of one LayerNorm over inputs in [-1, -0.5]."""
+    torch.manual_seed(0)
+    model = Norm().eval()
+    with torch.no_grad():
+        model.norm.weight.uniform_(0.5, 1.5)
+        model.norm.bias.uniform_(-0.2, 0.2)
+    inputs = (torch.rand(1, 4, 16) * 0.5 - 1.0,)
+    converted = arm.quantize(model, inputs, spec=INT16, config=get_symmetric_a16w8_quantization_config())
+    return converted, torch.export.export(converted, inputs), inputs
+
+
+def test_the_int16_layer_norm_miscompiles_on_the_tosa_reference_model(layer_norm_a16w8) -> None:
+    """The ground truth the verdict below answers to, measured, not assumed."""
+    converted, exported, inputs = layer_norm_a16w8
+    want = converted(*inputs)
+    got = arm.run_tosa_reference(arm.lower(exported, inputs, spec=INT16), inputs)[0]
+    scale = next(
+        float(n.args[1]) for n in reversed(list(converted.graph.nodes)) if "dequantize_per_tensor" in str(n.target)
+    )
+    assert float((got - want).abs().max()) / scale > 16  # far beyond rounding (measured: hundreds of LSB)
+
+
+@pytest.mark.parametrize("target", ["arm-tosa", None])
+def test_an_unmeasured_lowering_is_unproven_never_proved(layer_norm_a16w8, target) -> None:
+    _, exported, _ = layer_norm_a16w8
+    report = qflow.analyze(exported, target=target)
+    assert report.status == "unproven", str(report)
+    found = [f for f in report.findings if f.kind == "unvalidated-lowering"]
+    assert found and all(f.status == "unproven" and "arm-tosa" in (f.targets or {}) for f in found)
+    assert any("layer_norm" in f.message for f in found)
+
+
+def test_the_contract_says_which_lowerings_were_measured() -> None:
+    arm_tosa = targets.get("arm-tosa")
+    assert not arm_tosa.lowering_validated("layer_norm", "int16")
+    assert arm_tosa.lowering_validated("conv2d", "int8")
