@@ -43,6 +43,8 @@ def _source(stack_trace: str | None) -> str | None:
 def _describe(dg: DomainGraph, r: Result) -> tuple[str, str]:
     """(finding kind, message) for a failed obligation."""
     ob = r.obligation
+    if ob.kind is ObligationKind.STRUCTURAL:  # (its detail weighs it already)
+        return f"{ob.detail} That is within the rounding of the requant itself: it computes right."
     prod = str(r.produced.domain) if r.produced and r.produced.domain else "?"
     exp = str(r.expected.domain) if r.expected and r.expected.domain else "?"
     if r.produced and r.produced.real and r.produced.domain and not r.produced.domain.is_float:
@@ -103,6 +105,8 @@ def _describe(dg: DomainGraph, r: Result) -> tuple[str, str]:
 def _within_rounding(dg: DomainGraph, r: Result, bound: Bound) -> str:
     """The message of a domain change a code copy drops that moves no output code."""
     ob = r.obligation
+    if ob.kind is ObligationKind.STRUCTURAL:  # (its detail weighs it already)
+        return f"{ob.detail} That is within the rounding of the requant itself: it computes right."
     prod = str(r.produced.domain) if r.produced and r.produced.domain else "?"
     exp = str(r.expected.domain) if r.expected and r.expected.domain else "?"
     return (
