@@ -43,8 +43,6 @@ def _source(stack_trace: str | None) -> str | None:
 def _describe(dg: DomainGraph, r: Result) -> tuple[str, str]:
     """(finding kind, message) for a failed obligation."""
     ob = r.obligation
-    if ob.kind is ObligationKind.STRUCTURAL:  # (its detail weighs it already)
-        return f"{ob.detail} That is within the rounding of the requant itself: it computes right."
     prod = str(r.produced.domain) if r.produced and r.produced.domain else "?"
     exp = str(r.expected.domain) if r.expected and r.expected.domain else "?"
     if r.produced and r.produced.real and r.produced.domain and not r.produced.domain.is_float:

@@ -6,7 +6,9 @@ PT2E model, in output LSBs.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +40,32 @@ def test_generic_takes_the_strictest_rule_of_every_target() -> None:
     assert generic.rule("neg") is OpRule.ZP_ONLY
     assert generic.fusion is Fusion.NARROW_QMIN  # arm-tosa narrows, so the union must too
     assert targets.get("xnnpack").fusion is Fusion.CODE_CLAMP
+
+
+#: The edge dialect's names of measured ops (the probe measures the aten op).
+_MEASURED_AS = {"convolution": "conv2d", "_softmax": "softmax"}
+#: The measured table's variant of each (target, activation dtype).
+_VARIANT = {("arm-tosa", "int8"): "arm-tosa", ("arm-tosa", "int16"): "arm-tosa+int16", ("xnnpack", "int8"): "xnnpack"}
+
+
+@pytest.mark.parametrize(("target", "dtype"), sorted(_VARIANT))
+def test_every_validated_lowering_was_measured_to_compute_right(target, dtype) -> None:
+    """A target's `validated` ops are data from the contract probe's measured table, not a belief:
+    each was measured, stock-quantized, within 1 output LSB of the fake-quantized model (the
+    rounding of its one requant) on the backend."""
+    rows = json.loads((Path(__file__).parents[1] / "benchmarks" / "contracts.json").read_text())["rows"]
+    measured = {
+        r["op"]
+        for r in rows
+        if r["target"] == _VARIANT[(target, dtype)]
+        and r["variant"] == "stock"
+        and r["lsb"] is not None
+        and r["outcome"] in ("exact", "miscompile")
+        and float(r["lsb"]) <= 1.0
+    }
+    validated = targets.get(target).validated[dtype]
+    assert {_MEASURED_AS.get(op, op) for op in validated} <= measured
+    assert targets.get(target).lowering_validated("linear", dtype)
 
 
 def test_delegates_name_their_target() -> None:

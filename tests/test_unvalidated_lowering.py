@@ -56,7 +56,9 @@ def test_an_unmeasured_lowering_is_unproven_never_proved(layer_norm_a16w8, targe
     assert report.status == "unproven", str(report)
     found = [f for f in report.findings if f.kind == "unvalidated-lowering"]
     assert found and all(f.status == "unproven" and "arm-tosa" in (f.targets or {}) for f in found)
-    assert any("layer_norm" in f.message for f in found)
+    # the Arm quantizer decomposes the LayerNorm before annotation: its int16 rsqrt (a TABLE) is
+    # the step whose lowering was never measured to compute right (and is 9997 LSB off alone)
+    assert any(f.node.startswith("rsqrt") for f in found)
 
 
 def test_the_contract_says_which_lowerings_were_measured() -> None:

@@ -779,7 +779,7 @@ class FxAdapter:
     def _oblige_measured(self, node: fx.Node, dtype: str | None) -> None:
         """A compute op a target lowers on integer codes (at activation dtype `dtype`) must have been
         measured to compute right there (`Target.validated`); else what it computes is unproven."""
-        if dtype is None:
+        if dtype is None or self.form != "qdq":  # (a folded partition holds the backend's own decomposition)
             return
         op = base_name(target_name(node))
         rules = self._rules(node)
@@ -841,8 +841,6 @@ class FxAdapter:
         elif cls is OpClass.COMPUTE:
             if rule is OpRule.ZP_ONLY and out is not None and 0 in declared:
                 self._zp_only(node, declared[0], out, None)
-            if quantized:
-                self._oblige_measured(node, (declared.get(0) or out or next(iter(declared.values()))).dtype)
             if out is not None and out.narrowed:
                 self._add_narrowed(node, cls, out)
             elif out is not None:

@@ -39,4 +39,14 @@ TARGET = Target(
     backend_ids=frozenset({"XnnpackBackend"}),
     partitioners=frozenset({"XnnpackPartitioner", "XnnpackDynamicallyQuantizedPartitioner"}),
     outcome=Outcome.REFUSED_AT_LOAD,
+    # Single-op programs (the stock XNNPACKQuantizer, or the probe's int8 annotation where it
+    # quantizes nothing) measured within 1 output LSB of the fake-quantized model on the
+    # ExecuTorch runtime (benchmarks/contracts.json, 2026-11-23; `convolution` and `_softmax`
+    # are the edge dialect's names of the measured conv2d and softmax).
+    validated={
+        "int8": frozenset(
+            "abs adaptive_avg_pool2d add avg_pool2d conv2d convolution exp gelu hardswish leaky_relu linear "
+            "maximum mean minimum mul neg rsqrt sigmoid softmax _softmax sub tanh upsample_bilinear2d".split()
+        ),
+    },
 )
