@@ -68,6 +68,23 @@ def test_every_validated_lowering_was_measured_to_compute_right(target, dtype) -
     assert targets.get(target).lowering_validated("linear", dtype)
 
 
+def test_xnnpack_refuses_int16_programs_at_lowering() -> None:
+    """The measurement behind xnnpack's `refused_dtypes`: an a16w8 program is refused loudly."""
+    from executorch.backends.arm.quantizer import get_symmetric_a16w8_quantization_config
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    class Add(nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return x + y
+
+    x = (torch.randn(1, 4, 16), torch.randn(1, 4, 16))
+    converted = arm.quantize(Add(), x, spec="TOSA-1.0+INT+int16", config=get_symmetric_a16w8_quantization_config())
+    with pytest.raises(ValueError, match="Unsupported dtype for quantization"):
+        to_edge_transform_and_lower(torch.export.export(converted, x), partitioner=[XnnpackPartitioner()])
+    assert "int16" in targets.get("xnnpack").refused_dtypes
+
+
 def test_delegates_name_their_target() -> None:
     assert targets.for_backend("TOSABackend").name == "arm-tosa"
     assert targets.for_backend("EthosUBackend").name == "arm-tosa"

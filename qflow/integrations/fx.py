@@ -787,6 +787,7 @@ class FxAdapter:
             t.name
             for t in self._members
             if rules.get(t.name) is not OpRule.CPU_FLOAT
+            and dtype not in t.refused_dtypes
             and not t.lowering_validated(op, dtype)
             and not (t.float_unless_qdq and not self._between_qdq(node))  # (in float there)
         )

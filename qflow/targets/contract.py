@@ -96,6 +96,9 @@ class Target:
     #: proved (issue #30: Arm's int16 LayerNorm decomposition miscomputes while
     #: every domain in the program is consistent). None: nothing is validated.
     validated: Mapping[str, frozenset[str]] | None = None
+    #: Activation dtypes the backend refuses to lower at all (loudly, at lowering): no silent
+    #: miscompile to prove against, so they need no validated lowering.
+    refused_dtypes: frozenset[str] = frozenset()
 
     def lowering_validated(self, op: str, dtype: str) -> bool:
         """Was `op`'s lowering at activation dtype `dtype` measured to compute right here?"""
