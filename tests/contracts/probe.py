@@ -168,6 +168,8 @@ CASES: tuple[Case, ...] = (
     Case("gelu", "gelu", _f(F.gelu)),
     Case("exp", "exp", _f(torch.exp)),
     Case("rsqrt", "rsqrt", _f(torch.rsqrt), positive=True),
+    Case("reciprocal", "reciprocal", _f(torch.reciprocal), positive=True),
+    Case("bmm", "bmm", _f(torch.bmm), ((2, 8, 16), (2, 16, 8))),
     Case("conv2d", "conv2d", _Conv),
     Case("linear", "linear", _Linear, (X2,)),
 )

@@ -28,6 +28,7 @@ TARGET = Target(
         # Not delegated when quantized: the partitioner leaves them on the CPU in float.
         "sum": OpRule.CPU_FLOAT,
         "upsample_nearest2d": OpRule.CPU_FLOAT,
+        "reciprocal": OpRule.CPU_FLOAT,
         # cat, view/reshape/flatten, permute/transpose and max_pool2d keep the PT2E
         # code-copy meaning: XNNPACK refuses a domain change across them at load
         # ("Failed to create cat2 / squeeze / static transpose / maxpool2d node") — when they
@@ -48,7 +49,7 @@ TARGET = Target(
     refused_dtypes=frozenset({"int16"}),
     validated={
         "int8": frozenset(
-            "abs adaptive_avg_pool2d add avg_pool2d conv2d convolution exp gelu hardswish leaky_relu linear "
+            "abs adaptive_avg_pool2d add avg_pool2d bmm conv2d convolution exp gelu hardswish leaky_relu linear "
             "maximum mean minimum mul neg rsqrt sigmoid softmax _softmax sub tanh upsample_bilinear2d".split()
         ),
     },
