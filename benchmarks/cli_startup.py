@@ -8,7 +8,7 @@ each alike:
 
 - `import torch` alone: the floor (qflow reads FX graphs, so it imports torch);
 - `python -m qflow check PATH`: the command as shipped (qflow's own .pt2
-  reader, `qflow.integrations.pt2`, and `qflow.cli.run`, which exits with the
+  reader, `qflow.ir.pt2`, and `qflow.cli.run`, which exits with the
   garbage collector frozen);
 - the same check through `qflow.cli.main`, ending as a plain script does (the
   interpreter's last collection walks everything torch allocated);
@@ -42,7 +42,7 @@ DEFAULT_PROGRAM = ROOT / "qflow" / "examples" / "seed000_control.pt2"
 
 PLAIN_EXIT = "import sys\nfrom qflow.cli import main\nsys.exit(main(['check', sys.argv[1]]))\n"
 TORCH_LOAD = (
-    "import sys, qflow.integrations.pt2 as pt2\n"
+    "import sys, qflow.ir.pt2 as pt2\n"
     "def _aside(path):\n"
     "    raise pt2.Unsupported('benchmark: read with torch.export.load')\n"
     "pt2.read = _aside\n"

@@ -87,7 +87,7 @@ def measured(fn: Callable[[], T]) -> tuple[T, Measure]:
 
 
 class _TimedCopy:
-    """Stands in for the ``copy`` module inside ``qflow.integrations.arm`` while
+    """Stands in for the ``copy`` module inside ``qflow.targets.arm.pipeline`` while
     ``fold_qparams`` runs, so the deepcopy it makes is timed apart from the pass."""
 
     def __init__(self) -> None:
@@ -107,7 +107,7 @@ class _TimedCopy:
 def fold(edge: Any, spec: str, repeat: int = 1) -> tuple[Any, dict[str, Any]]:
     """``arm.fold_qparams(edge)`` ``repeat`` times (it copies ``edge`` each time);
     the fastest run's total, its deepcopy and the pass alone."""
-    from qflow.integrations import arm
+    from qflow.targets.arm import pipeline as arm
 
     best: dict[str, Any] | None = None
     walls = []
@@ -271,9 +271,9 @@ def _state_placeholders(ep: Any) -> int:
 def job_repair(names: list[str]) -> dict[str, Any]:
     """plan_repair on every form of each real example model: total and per-region times."""
     from qflow.examples import models
-    from qflow.integrations import arm
     from qflow.integrations.fx import build
     from qflow.solvers.repair import Plan, Planner
+    from qflow.targets.arm import pipeline as arm
 
     class TimedPlanner(Planner):
         """Records the wall time of each region's z3 Optimize."""
@@ -329,8 +329,8 @@ def job_profile(target: int, top: int = 25, vary: bool = True) -> dict[str, Any]
     from synth import SPEC, copies_for, nodes_per_copy, quantize_block, replicate
 
     from qflow.analysis import analyze_graph
-    from qflow.integrations import arm
     from qflow.integrations.fx import build
+    from qflow.targets.arm import pipeline as arm
 
     seed = quantize_block()
     edge = replicate(seed.edge, copies_for(target, nodes_per_copy(seed.edge)), vary_qparams=vary)

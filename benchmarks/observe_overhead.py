@@ -21,8 +21,8 @@ from typing import Any
 from qflow.analysis import analyze_graph
 from qflow.api import domain_graph
 from qflow.examples import models
-from qflow.integrations import arm
 from qflow.integrations.observe import Program, TestRecord
+from qflow.targets.arm import pipeline as arm
 
 DEFAULT = ["conv_bn_relu6_residual", "attention", "mixed_a16w8"]
 

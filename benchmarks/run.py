@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         "`qflow s` = build + analyze_graph wall time, in one GC pause as `qflow.analyze` runs them; "
         "`cpu/wall` = its process CPU time / wall time "
         "(< 1: the core was shared); `z3 %` = prove_s / qflow s; `fold s` = "
-        "`qflow.integrations.arm.fold_qparams` on the same edge graph, same process; `pass` = that "
+        "`qflow.targets.arm.pipeline.fold_qparams` on the same edge graph, same process; `pass` = that "
         "minus the deepcopy fold_qparams makes first. `prove api s` = the reference encoding "
         '(z3 terms built through the Python API, `prove(dg, engine="api", tautologies=False)`: z3 asked about '
         "every obligation, tautologies too) on the same graph, once; `prove ×` = that / prove s; `qflow/walk` "

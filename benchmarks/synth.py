@@ -2,7 +2,7 @@
 
 One ``Block`` (conv/relu/cat, a residual add, and an attention-ish part with
 reshape/permute/bmm) goes through the real PT2E flow with the stock Arm TOSA
-quantizer (``qflow.integrations.arm.quantize`` → ``to_edge_program``). The real
+quantizer (``qflow.targets.arm.pipeline.quantize`` → ``to_edge_program``). The real
 flow is far too slow to produce large graphs (measured: 1 block ≈ 8 s, 4 blocks
 ≈ 54 s, growing faster than linearly), so ``replicate`` copies the edge
 program's FX nodes N times with fresh names, chaining each copy's output into
@@ -32,7 +32,7 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-from qflow.integrations import arm
+from qflow.targets.arm import pipeline as arm
 
 SPEC = arm.DEFAULT_SPEC
 

@@ -1,11 +1,13 @@
 """qflow: prove quantized PyTorch / ExecuTorch graphs consistent, and repair them."""
 
+from qflow._version import __version__
 from qflow.api import analyze, domain_graph, plan, repair
 from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError, ProofError, QflowError
 from qflow.report.model import Finding, Report
 
 __all__ = [
+    "__version__",
     "FLOAT",
     "Domain",
     "Finding",
@@ -18,4 +20,3 @@ __all__ = [
     "plan",
     "repair",
 ]
-__version__ = "0.1.0"

@@ -24,7 +24,7 @@ def domain_graph(
 ) -> DomainGraph:
     """The domain graph qflow builds for `obj` (see `analyze` for what it accepts).
     `carry=False`: every requant a code copy drops is an obligation of its own
-    (the graph repairs are planned on; see `integrations.copy_chains`)."""
+    (the graph repairs are planned on; see `qflow.ir.copy_chains`)."""
     if isinstance(obj, DomainGraph):
         return obj
     t = targets.get(target)  # an unknown name fails before any torch import
@@ -38,12 +38,12 @@ def domain_graph(
         return pte.build(obj, _reference(reference) if reference is not None else None)
     if reference is not None:
         raise InputError(f"reference: applies to an ExecuTorch .pte program, not to {type(obj).__name__}")
-    from qflow.integrations.quiet import library_noise
+    from qflow.ir.quiet import library_noise
 
     with library_noise():  # (the libraries' imports and reads log what a qflow user cannot act on)
         from qflow.integrations import annotated
         from qflow.integrations.fx import build
-        from qflow.integrations.load import graph_module_of
+        from qflow.ir.load import graph_module_of
 
         gm, ep = graph_module_of(obj)
         if form == "annotated" or (form is None and annotated.is_annotated(gm) and not _has_qdq(gm)):
@@ -53,7 +53,7 @@ def domain_graph(
 
 def _reference(reference: Any) -> Any:
     """What the PT2E program a .pte was lowered from declares (`tosa_artifact.Reference`)."""
-    from qflow.integrations.load import graph_module_of
+    from qflow.ir.load import graph_module_of
     from qflow.targets.arm import tosa_artifact
 
     _, owner = graph_module_of(reference)
@@ -133,7 +133,7 @@ def repair_with_plan(
 ) -> tuple[Any, Plan, Report]:
     """`repair`, also returning the plan carried out and the repaired program's
     report (its JSON has a ``"repair"`` entry counting every change)."""
-    from qflow.integrations.quiet import library_noise
+    from qflow.ir.quiet import library_noise
 
     with library_noise():  # (deep copies and re-lowering warn inside torch)
         return _repair_with_plan(obj, form, objective, target, name)
@@ -142,8 +142,8 @@ def repair_with_plan(
 def _repair_with_plan(obj: Any, form: str | None, objective: str, target: Any, name: str) -> tuple[Any, Plan, Report]:
     import copy
 
-    from qflow.integrations.load import graph_module_of, load_program
     from qflow.integrations.rewrite import apply_plan, relower_delegates, split_plan
+    from qflow.ir.load import graph_module_of, load_program
 
     if isinstance(obj, (str, Path)):
         obj = load_program(obj)

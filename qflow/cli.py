@@ -192,7 +192,7 @@ def _explore(explorer: Any, directory: Path, drawn: list[Any]) -> bool:
 
 def _check(args: argparse.Namespace) -> int:
     from qflow.analysis import analyze_graph
-    from qflow.api import domain_graph
+    from qflow.api import analyze, domain_graph
     from qflow.gc_pause import paused_gc
     from qflow.solvers.repair import plan_repair
 
@@ -226,7 +226,7 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     reference = None
     if getattr(args, "reference", None):
-        from qflow.integrations.load import read_program
+        from qflow.ir.load import read_program
 
         try:
             reference = read_program(args.reference)
@@ -244,7 +244,7 @@ def _check(args: argparse.Namespace) -> int:
             if getattr(args, "per_pass", False):  # reports come from stepping the Arm passes
                 from qflow.targets.arm.per_pass import check_file
 
-                new = check_file(p, args.arm)
+                new = check_file(p, args.arm, analyze)
                 reports += new
                 artifacts.update({r.name: str(p) for r in new})
                 continue
@@ -289,7 +289,7 @@ def _check(args: argparse.Namespace) -> int:
 def _programs(path: Path, form: str | None, spec: Any) -> list[tuple[str, Any]]:
     """(report name, program) to check for one PATH: the program itself, or with --arm each
     partition of its Arm lowering. Raises InputError for what cannot be checked as asked."""
-    from qflow.integrations.load import form_mismatch, is_pte, load_program, read_program
+    from qflow.ir.load import form_mismatch, is_pte, load_program, read_program
 
     if spec is None and path.is_file() and is_pte(path):  # read as shipped (qflow.integrations.pte)
         if form is not None:
@@ -341,7 +341,7 @@ def _arm_partitions(path: Path, ep: Any, spec: Any) -> list[tuple[str, Any]]:
     """Lower with the real Arm TOSA partitioner; (name, partition) for each
     partition as the backend sees it right after its fold pass."""
     from qflow.api import _has_qdq
-    from qflow.integrations.arm import capture_after, lower
+    from qflow.targets.arm.pipeline import capture_after, lower
 
     if _has_qdq(ep.graph_module) and not spec.support_integer():
         raise InputError(
@@ -364,7 +364,7 @@ def _repair(args: argparse.Namespace) -> int:
     import torch
 
     from qflow import api
-    from qflow.integrations.load import load_program
+    from qflow.ir.load import load_program
 
     src, dst = Path(args.input), Path(args.output)
     unwritable = _unwritable(dst)

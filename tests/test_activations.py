@@ -8,8 +8,9 @@ from torch import nn
 
 import qflow
 from qflow.domain import Domain
-from qflow.integrations import activations, arm
+from qflow.ir import activations
 from qflow.targets import Fusion
+from qflow.targets.arm import pipeline as arm
 
 # int8 domains: zp at qmin (fuseable for relu) and above it (not)
 AT_QMIN = Domain.quantized("int8", 6 / 255, -128, -128, 127)

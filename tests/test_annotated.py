@@ -9,8 +9,8 @@ from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
 import qflow
 from qflow.examples import models
-from qflow.integrations import arm
 from qflow.integrations.annotated import prepare_accepts_kwargs
+from qflow.targets.arm import pipeline as arm
 
 ORDINARY = ("conv_bn_relu6_residual", "conv_cat_skip", "attention", "linear_per_channel", "mixed_a16w8")
 

@@ -49,7 +49,7 @@ def test_a_directory_is_named_as_one(tmp_path) -> None:
 
 def test_a_form_override_that_contradicts_the_graph_is_explained(built) -> None:
     """The CLI refuses these (exit 2); the reason names what the graph lacks."""
-    from qflow.integrations.load import form_mismatch
+    from qflow.ir.load import form_mismatch
 
     b = built("seed000_probe")
     qdq = b.exported.graph_module

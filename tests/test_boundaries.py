@@ -10,7 +10,7 @@ import torch
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 import qflow
-from qflow.integrations import arm
+from qflow.targets.arm import pipeline as arm
 
 INT_FP = "TOSA-1.0+INT+FP"
 
@@ -103,7 +103,7 @@ def test_int8_fed_to_a_float_partition_input_is_a_delegate_dtype_mismatch(int_fp
     an INT+FP delegate that quantizes it itself: int8 bytes where float32 is read."""
     from executorch.exir.dialects._ops import ops as exir_ops
 
-    from qflow.integrations.delegate import lowered_module
+    from qflow.ir.delegate import lowered_module
 
     lowered, inputs = int_fp
     clean = qflow.analyze(lowered)

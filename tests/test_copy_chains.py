@@ -18,7 +18,7 @@ from torch import nn
 
 import qflow
 from qflow.examples.models import _fixed_qspec
-from qflow.integrations import arm
+from qflow.targets.arm import pipeline as arm
 
 A = (0.02, 0)  # int8 [-2.56, 2.54]
 X = (torch.linspace(-1.7, 1.7, 32).reshape(1, 2, 4, 4),)  # x * 1.5 spans A's range

@@ -10,7 +10,8 @@ import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
 import torch.fx as fx
 
-from qflow.integrations.fx import FxAdapter, _Consts, _qdq_domain, _target_name, qdq_domain, target_name
+from qflow.integrations.fx import FxAdapter
+from qflow.ir.fx_nodes import Consts, _qdq_domain, _target_name, qdq_domain, target_name
 from qflow.targets import OpRule
 from qflow.targets import get as get_target
 
@@ -35,10 +36,10 @@ def test_qdq_domain_cache_matches_the_uncached_reading() -> None:
         (Q, (0.0, 0, -128, 127, torch.int8)),
         (Q, (-0.0, 0, -128, 127, torch.int8)),  # equal to 0.0, printed apart: never shared
     )
-    consts = _Consts(gm, None)
+    consts = Consts(gm, None)
     got = [qdq_domain(n, consts) for n in nodes]
-    assert got == [_qdq_domain(n, _Consts(gm, None)) for n in nodes]
-    assert [str(d) for d in got] == [str(_qdq_domain(n, _Consts(gm, None))) for n in nodes]
+    assert got == [_qdq_domain(n, Consts(gm, None)) for n in nodes]
+    assert [str(d) for d in got] == [str(_qdq_domain(n, Consts(gm, None))) for n in nodes]
     assert got[0] is got[1]  # a quantize and its dequantize read once
     assert str(got[4]) != str(got[5])
     assert qdq_domain(nodes[2], consts) is got[2] and got[2] == got[3]

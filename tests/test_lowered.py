@@ -75,7 +75,7 @@ def test_the_same_model_without_the_forced_exit_is_proved_at_the_boundaries(etho
 
 def _flagged_partition_nodes(lowered) -> list[str]:
     """The partition output node behind each delegate-dtype-mismatch of a lowered program."""
-    from qflow.integrations import delegate
+    from qflow.ir import delegate
 
     ep = lowered.exported_program()
     nodes = {n.name: n for n in ep.graph.nodes}
@@ -131,7 +131,7 @@ def test_seed002_repair_makes_the_serialized_boundary_int8(ethosu) -> None:
 
 def test_seed002_on_tosa_repaired_output_matches_fake_quant() -> None:
     from qflow.examples.models import lower_attention
-    from qflow.integrations import arm
+    from qflow.targets.arm import pipeline as arm
 
     lowered, converted = lower_attention(force_view_exit=True, backend="tosa")
     torch.manual_seed(2)
@@ -179,7 +179,7 @@ def test_unquantized_integer_ops_in_a_partition_are_plain_integer_data() -> None
     """An int32 clamp (no Q/DQ anywhere) lowers to maximum/minimum on int32:
     in the folded partition that is integer data, not float compute, and no
     finding; with nothing quantized there is nothing to prove (not a proof)."""
-    from qflow.integrations import arm
+    from qflow.targets.arm import pipeline as arm
 
     x = torch.randint(-50, 50, (1, 4, 8), dtype=torch.int32)
     with arm.capture_after() as parts:
@@ -202,7 +202,7 @@ def cpu_only_lowering():
     """max_pool1d → max_pool2d_with_indices, which the TOSA partitioner does not
     take: nothing is delegated and the CPU runs DQ → unsqueeze → pool → squeeze
     → Q in float, requantizing after the squeeze."""
-    from qflow.integrations import arm
+    from qflow.targets.arm import pipeline as arm
 
     torch.manual_seed(4)
     x = torch.randn(1, 4, 8)

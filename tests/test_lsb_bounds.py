@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import qflow
-from qflow.integrations import arm
+from qflow.targets.arm import pipeline as arm
 
 
 class Neg(torch.nn.Module):

@@ -18,8 +18,8 @@ from torch import nn
 
 import qflow
 from qflow.domain import Domain
-from qflow.integrations import arm
 from qflow.integrations.masked import constant_value
+from qflow.targets.arm import pipeline as arm
 
 X = (torch.linspace(-1.0, 3.0, 64).reshape(1, 4, 4, 4),)
 

@@ -14,7 +14,7 @@ from torch import nn
 
 import qflow
 from qflow.examples.models import MLP
-from qflow.integrations.arm import export_module
+from qflow.targets.arm.pipeline import export_module
 
 
 class ConvNet(nn.Module):

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+import qflow
 from qflow.cli import bundled_examples, main
 from qflow.targets.arm import per_pass
 
@@ -16,7 +17,7 @@ def blames(built):
 
     def get(name: str) -> list[per_pass.Blame]:
         if name not in cache:
-            cache[name] = per_pass.blame_lowered(built(name).lowered)
+            cache[name] = per_pass.blame_lowered(built(name).lowered, qflow.analyze)
         return cache[name]
 
     return get

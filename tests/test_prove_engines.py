@@ -13,8 +13,8 @@ import pytest
 from qflow.api import domain_graph
 from qflow.examples import models
 from qflow.graph import DomainGraph
-from qflow.integrations import arm
 from qflow.solvers.prove import prove
+from qflow.targets.arm import pipeline as arm
 
 BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 

@@ -1,4 +1,4 @@
-"""qflow's own .pt2 reader (qflow.integrations.pt2) against torch.export.load.
+"""qflow's own .pt2 reader (qflow.ir.pt2) against torch.export.load.
 
 Real PT2E programs — the bundled examples, the Arm TOSAQuantizer per-channel,
 per-tensor and int16 a16w8, XNNPACKQuantizer static and dynamic, and one whose
@@ -27,8 +27,8 @@ from torch import nn
 import qflow
 from qflow.cli import bundled_examples, main
 from qflow.examples.models import MLP
-from qflow.integrations import pt2
-from qflow.integrations.load import read_program
+from qflow.ir import pt2
+from qflow.ir.load import read_program
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +70,7 @@ def _xnnpack(dynamic: bool) -> Any:
 def _arm_per_tensor() -> Any:
     from executorch.backends.arm.quantizer import get_symmetric_quantization_config
 
-    from qflow.integrations import arm
+    from qflow.targets.arm import pipeline as arm
 
     return arm.default_quantizer(arm.DEFAULT_SPEC, get_symmetric_quantization_config(is_per_channel=False))
 
@@ -84,7 +84,7 @@ def _save(converted: fx.GraphModule, inputs: tuple[torch.Tensor, ...], path: Pat
 def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """name → a .pt2 file: the bundled examples and real PT2E programs, each quantized once."""
     from qflow.examples import models
-    from qflow.integrations import arm
+    from qflow.targets.arm import pipeline as arm
 
     out = {p.stem: p for p in bundled_examples()}
     d = tmp_path_factory.mktemp("pt2")
@@ -250,7 +250,7 @@ def test_an_unknown_schema_version_is_read_by_torch(saved, tmp_path, capsys) -> 
 def test_a_program_with_symbolic_shapes_is_checked_through_torch(tmp_path) -> None:
     """A dynamic batch dimension (symbolic sizes, range constraints) needs torch's ShapeEnv:
     the fast reader refuses it and the check still reads it, with torch.export.load."""
-    from qflow.integrations import arm
+    from qflow.targets.arm import pipeline as arm
 
     torch.manual_seed(0)
     inputs = (torch.randn(4, 8),)

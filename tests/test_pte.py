@@ -48,7 +48,7 @@ def _errors(report) -> list[tuple[str, str]]:
 
 def test_the_execution_plan_is_read_with_its_quantize_arguments(built, ptes) -> None:
     """The CPU quantize's scale / zero point EValues are the parent graph's quantize arguments."""
-    from qflow.integrations.fx import _Consts, qdq_domain, target_name
+    from qflow.ir.fx_nodes import Consts, qdq_domain, target_name
     from qflow.ops import OpClass, classify
 
     prog = pte.read_pte(ptes["seed000_control"])
@@ -61,11 +61,11 @@ def test_the_execution_plan_is_read_with_its_quantize_arguments(built, ptes) -> 
     q = dg.value("quantize_per_tensor").definition.domain
     ep = built("seed000_control").lowered.exported_program()
     [node] = [n for n in ep.graph.nodes if n.op == "call_function" and classify(target_name(n)) is OpClass.QUANTIZE]
-    assert q == qdq_domain(node, _Consts(ep.graph_module, ep))
+    assert q == qdq_domain(node, Consts(ep.graph_module, ep))
 
 
 def test_the_tosa_io_types_are_those_the_in_memory_check_reads(built, ptes) -> None:
-    from qflow.integrations import delegate
+    from qflow.ir import delegate
 
     ep = built("seed000_control").lowered.exported_program()
     call = next(n for n in ep.graph.nodes if "call_delegate" in str(n.target))
@@ -162,7 +162,7 @@ def test_seed002_boundaries_are_flagged_from_the_pte(seed002_tosa) -> None:
 
 def test_reading_a_pte_imports_no_torch(ptes) -> None:
     """The reader, the CPU side and the boundaries need no torch. (The TOSA artifact
-    validator is left out here: it borrows qflow.integrations.activations' helpers,
+    validator is left out here: it borrows qflow.ir.activations' helpers,
     which import torch.)"""
     code = (
         f"import sys; sys.modules[{pte.TOSA_ARTIFACT_HOOK!r}] = None; import qflow; r = qflow.analyze(sys.argv[1]); "
@@ -247,10 +247,10 @@ def test_a_reference_with_other_weight_scales_refutes_the_rescales(built, refere
     domain and the outputs reach the parent's dequantize on the wrong grid."""
     import copy
 
-    from qflow.integrations.fx import _Consts, target_name
+    from qflow.ir.fx_nodes import Consts, target_name
 
     ep = copy.deepcopy(built("conv_bn_relu6_residual").exported)
-    consts = _Consts(ep.graph_module, ep)
+    consts = Consts(ep.graph_module, ep)
     scaled = 0
     for n in ep.graph.nodes:
         if (
@@ -310,7 +310,7 @@ class Pool1d(nn.Module):
 def cpu_only_pte(tmp_path_factory):
     """max_pool1d stays on the CPU (the TOSA partitioner does not take it): the
     plan runs Q → DQ → unsqueeze → max_pool2d_with_indices → squeeze → Q → DQ."""
-    from qflow.integrations import arm
+    from qflow.targets.arm import pipeline as arm
 
     torch.manual_seed(4)
     x = torch.randn(1, 4, 8)

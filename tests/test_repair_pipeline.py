@@ -9,7 +9,7 @@ import torch
 
 import qflow
 from qflow.examples import models
-from qflow.integrations import arm
+from qflow.targets.arm import pipeline as arm
 
 
 @pytest.fixture(scope="module")

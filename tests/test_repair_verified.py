@@ -24,7 +24,7 @@ from torch import nn
 
 import qflow
 from qflow.examples.models import _annotate, _fixed_qspec
-from qflow.integrations import arm
+from qflow.targets.arm import pipeline as arm
 
 INT16 = "TOSA-1.0+INT+int16"
 ONE_LSB = 1.0 + 1e-4

@@ -19,8 +19,8 @@ from torch import nn
 import qflow
 from qflow import targets
 from qflow.examples.models import _annotate, _fixed_qspec
-from qflow.integrations import arm
 from qflow.targets import Fusion, OpRule
+from qflow.targets.arm import pipeline as arm
 from qflow.targets.contract import STRICTNESS
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from qflow.integrations.fx import removed_by_to_edge
+from qflow.ir.fx_nodes import removed_by_to_edge
 
 
 class _Slices(torch.nn.Module):

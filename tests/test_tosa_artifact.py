@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import qflow
-from qflow.integrations import arm
+from qflow.targets.arm import pipeline as arm
 from qflow.targets.arm import tosa_artifact as ta
 
 CLEAN = ("seed000_control", "conv_bn_relu6_residual", "conv_cat_skip", "attention", "linear_per_channel", "mixed_a16w8")

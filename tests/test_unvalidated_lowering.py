@@ -11,7 +11,7 @@ from executorch.backends.arm.quantizer import get_symmetric_a16w8_quantization_c
 
 import qflow
 from qflow import targets
-from qflow.integrations import arm
+from qflow.targets.arm import pipeline as arm
 
 INT16 = "TOSA-1.0+INT+int16"
 

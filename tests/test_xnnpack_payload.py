@@ -162,8 +162,8 @@ def test_clean_xnnpack_programs_prove_from_the_pte_and_run_right(xnnpack, name) 
 def test_the_payload_qparams_are_the_partitions_quantize_args(xnnpack) -> None:
     """The reader's per-tensor domain of the delegate's input quantize equals the
     partition program's quantize node (a cross-check against the in-memory program)."""
-    from qflow.integrations import delegate
-    from qflow.integrations.fx import _Consts, qdq_domain, target_name
+    from qflow.ir import delegate
+    from qflow.ir.fx_nodes import Consts, qdq_domain, target_name
 
     lowered, path, _ = xnnpack("cat_pool")
     _, payload = _payload(path)
@@ -173,7 +173,7 @@ def test_the_payload_qparams_are_the_partitions_quantize_args(xnnpack) -> None:
     call = next(n for n in ep.graph.nodes if "call_delegate" in str(n.target))
     part = delegate.lowered_module(ep.graph_module, call).original_module
     q = next(n for n in part.graph.nodes if "quantize_per_tensor" in target_name(n) and "dequant" not in target_name(n))
-    assert g.values[convert.outputs[0]].domain == qdq_domain(q, _Consts(part.graph_module, part))
+    assert g.values[convert.outputs[0]].domain == qdq_domain(q, Consts(part.graph_module, part))
     # per-channel weights are read as per-channel domains (scales held in the constant data)
     convs = [n for n in g.nodes if n.type == "XNNConv2d"]
     weights = [g.values[n.inputs[1]].domain for n in convs]

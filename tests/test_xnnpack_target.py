@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import qflow
-from qflow.integrations import xnnpack
+from qflow.targets.xnnpack import pipeline as xnnpack
 
 
 class ConvReluCat(nn.Module):

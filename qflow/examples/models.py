@@ -35,7 +35,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from torchao.quantization.pt2e.observer import FixedQParamsObserver
 from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, Quantizer
 
-from qflow.integrations import arm
+from qflow.targets.arm import pipeline as arm
 
 __all__ = ["MODELS", "Built", "Example", "build", "names"]
 

@@ -17,7 +17,7 @@ import torch.fx as fx
 
 from qflow.domain import Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Symbolic, Value
-from qflow.integrations.fx import dtype_name, removed_by_to_edge, target_name
+from qflow.ir.fx_nodes import dtype_name, removed_by_to_edge, target_name
 from qflow.ops import OpClass, base_name, classify
 from qflow.solvers.prove import _UnionFind
 from qflow.targets import OpRule, Target

@@ -15,7 +15,6 @@ are only a *claim* that must equal its input domain.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -34,7 +33,25 @@ from qflow.graph import (
     Value,
     float_fact,
 )
-from qflow.integrations import activations, copy_chains, delegate, masked
+from qflow.integrations import masked
+from qflow.ir import activations, copy_chains, delegate
+from qflow.ir.fx_nodes import (
+    SLICES,
+    Consts,
+    arg_label,
+    detect_form,
+    dtype_name,
+    is_float,
+    module_path,
+    numel_of,
+    qdq_domain,
+    quant_args_domain,
+    removed_by_to_edge,
+    target_name,
+    tensor_args,
+    val_dtype,
+    val_of,
+)
 from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify
 from qflow.targets import OpRule, Target
 from qflow.targets import get as get_target
@@ -47,252 +64,6 @@ _DOMAIN_FREE_DTYPES = {torch.int64, torch.bool, torch.uint16, torch.uint32, torc
 _FLOAT_FACT = float_fact()
 
 
-def target_name(node: fx.Node) -> str:
-    """Canonical string of an FX target: ``aten.cat.default``,
-    ``quantized_decomposed.quantize_per_tensor.default``, ``operator.getitem``."""
-    t = node.target
-    if isinstance(t, str):
-        return t
-    # every node of an op shares its target object: name it once (keyed by identity,
-    # holding the object so its id cannot be reused by another)
-    hit = _TARGET_NAMES.get(id(t))
-    if hit is not None and hit[0] is t:
-        return hit[1]
-    name = _target_name(t)
-    if len(_TARGET_NAMES) >= _CACHE_MAX:
-        _TARGET_NAMES.clear()
-    _TARGET_NAMES[id(t)] = (t, name)
-    return name
-
-
-def _target_name(t: Any) -> str:
-    name = getattr(t, "__name__", None)
-    module = getattr(t, "__module__", "") or ""
-    if isinstance(t, torch._ops.OpOverload):
-        return str(t)
-    if name and ("EdgeOpOverload" in type(t).__name__ or "." in name):
-        return name
-    if name:
-        mod = module.split(".")[-1] if module else ""
-        return f"{mod}.{name}" if mod in ("operator", "_operator") else name
-    return str(t)
-
-
-_CACHE_MAX = 4096
-_TARGET_NAMES: dict[int, tuple[Any, str]] = {}
-_DTYPE_NAMES: dict[Any, str] = {}
-
-
-def dtype_name(dt: Any) -> str:
-    if isinstance(dt, torch.dtype):  # a handful of interned objects: name each once
-        s = _DTYPE_NAMES.get(dt)
-        if s is None:
-            s = _DTYPE_NAMES[dt] = _dtype_name(dt)
-        return s
-    return _dtype_name(dt)
-
-
-def _dtype_name(dt: Any) -> str:
-    s = str(dt)
-    return s[len("torch.") :] if s.startswith("torch.") else s
-
-
-def _val(node: fx.Node) -> Any:
-    return node.meta.get("val")
-
-
-def _val_dtype(node: fx.Node) -> torch.dtype | None:
-    v = _val(node)
-    return getattr(v, "dtype", None)
-
-
-def _numel_of(v: Any) -> int | None:
-    try:
-        return int(v.numel()) if hasattr(v, "numel") else None
-    except Exception:  # symbolic shapes
-        return None
-
-
-def _static_shape(v: Any) -> tuple[int, ...] | None:
-    shape = getattr(v, "shape", None)
-    if shape is None or not all(isinstance(d, int) for d in shape):
-        return None
-    return tuple(shape)
-
-
-_SLICES = frozenset({"slice", "slice_copy"})
-
-
-def removed_by_to_edge(node: fx.Node) -> bool:
-    """Is `node` a slice that keeps its input's whole (static) shape?
-
-    ExecuTorch's `to_edge` removes it (exir RemoveNoopPass, run by every
-    lowering before any partitioner), so no backend ever sees it: a quantize
-    after it becomes a requant of its input's dequantize, which the backend
-    realises. (Measured: campaign case 00105, exact on the TOSA reference model.)"""
-    if node.op != "call_function" or base_name(target_name(node)) not in _SLICES:
-        return False
-    src = node.args[0] if node.args else None
-    shape = _static_shape(_val(node))
-    return isinstance(src, fx.Node) and shape is not None and shape == _static_shape(_val(src))
-
-
-def _module_path(node: fx.Node) -> str | None:
-    stack = node.meta.get("nn_module_stack")
-    if not stack:
-        return None
-    path, _ = next(reversed(stack.values())) if isinstance(stack, dict) else list(stack.values())[-1]
-    return str(path)
-
-
-def detect_form(gm: fx.GraphModule) -> str:
-    """'folded' if the Arm fold pass annotated the graph, 'lowered' if it calls
-    a delegate, else 'qdq'."""
-    lowered = False
-    for n in gm.graph.nodes:
-        if "input_qparams" in n.meta or "output_qparams" in n.meta:
-            return "folded"
-        lowered = lowered or (n.op == "call_function" and classify(target_name(n)) is OpClass.DELEGATE)
-    return "lowered" if lowered else "qdq"
-
-
-def _is_float(node: fx.Node) -> bool:
-    dt = _val_dtype(node)
-    return dt is not None and dt.is_floating_point
-
-
-class _Consts:
-    """Resolves scale / zero-point arguments given as literals or tensor nodes."""
-
-    def __init__(self, gm: fx.GraphModule, ep: Any | None) -> None:
-        self.gm, self.ep = gm, ep
-        self._placeholder_targets: dict[str, str] = {}
-        #: qdq_domain's results by (target, argument types, arguments after the input)
-        self.domains: dict[tuple[Any, ...], Domain] = {}
-        if ep is not None:
-            sig = ep.graph_signature
-            for mapping in (sig.inputs_to_buffers, sig.inputs_to_parameters):
-                self._placeholder_targets.update(mapping)
-            self._placeholder_targets.update(getattr(sig, "inputs_to_lifted_tensor_constants", {}))
-
-    def tensor(self, node: fx.Node) -> torch.Tensor | None:
-        if node.op == "get_attr":
-            obj: Any = self.gm
-            for part in str(node.target).split("."):
-                obj = getattr(obj, part, None)
-            return obj if isinstance(obj, torch.Tensor) else None
-        if node.op == "placeholder" and self.ep is not None:
-            key = self._placeholder_targets.get(node.name)
-            if key is None:
-                return None
-            if key in self.ep.state_dict:
-                return self.ep.state_dict[key]
-            return self.ep.constants.get(key)
-        return None
-
-    def value(self, x: Any, where: fx.Node, what: str) -> Any:
-        if isinstance(x, fx.Node):
-            t = self.tensor(x)
-            if t is None:
-                raise InputError(
-                    f"{what} is node {x.name!r}, whose value qflow cannot resolve "
-                    "(pass the ExportedProgram that owns this graph, not its bare graph module)",
-                    where.name,
-                )
-            return t.tolist() if t.dim() > 0 else t.item()
-        return x
-
-    def is_constant(self, node: fx.Node) -> bool:
-        if node.op == "get_attr":
-            return True
-        return node.op == "placeholder" and node.name in self._placeholder_targets
-
-
-def qdq_domain(node: fx.Node, consts: _Consts) -> Domain:
-    """The domain named by a quantize / dequantize node's arguments.
-
-    A quantize and its dequantizes name one domain with the same arguments (and
-    every copy of a weight's dequantize reads the same tensors): read each
-    argument list once per graph. The key holds each argument's type, so only
-    arguments that are the same values of the same types share an entry, and
-    whether the op is per channel, the one thing the op itself decides."""
-    cache: dict[tuple[Any, ...], Domain] | None = getattr(consts, "domains", None)  # (any resolver may come)
-    rest = node.args[1:]
-    if cache is None or any(type(a) is float and not a for a in rest):
-        return _qdq_domain(node, consts)  # (±0.0 compare equal but print apart)
-    # (a quantize and its dequantize read the same argument list the same way)
-    key = (base_name(target_name(node)).endswith("per_channel"), tuple(map(type, rest)), rest)
-    try:
-        hit = cache.get(key)
-    except TypeError:  # an unhashable argument
-        return _qdq_domain(node, consts)
-    if hit is None:
-        hit = cache[key] = _qdq_domain(node, consts)
-    return hit
-
-
-def _qdq_domain(node: fx.Node, consts: _Consts) -> Domain:
-    name = base_name(target_name(node))
-    args = list(node.args)
-    per_channel = name.endswith("per_channel")
-    need = 7 if per_channel else 6
-    if len(args) < need:
-        raise InputError(
-            f"{target_name(node)} has {len(args)} arguments, expected {need} "
-            "(input, scale, zero_point, " + ("axis, " if per_channel else "") + "qmin, qmax, dtype)",
-            node.name,
-        )
-    if not per_channel and isinstance(args[1], fx.Node) and consts.tensor(args[1]) is None:
-        # dynamic quantization: qparams computed at run time (choose_qparams);
-        # the run-time tensors stand for their value, so a Q and a DQ that read
-        # the same ones share a domain, and any other pairing is not proved
-        if len(args) < 6:
-            raise InputError(f"{target_name(node)} has {len(args)} arguments, expected 6", node.name)
-        zp = args[2].name if isinstance(args[2], fx.Node) else str(args[2])
-        return Domain.run_time(dtype_name(args[5]), f"{args[1].name}, {zp}", int(args[3]), int(args[4]))
-    try:
-        if per_channel:
-            if isinstance(args[1], fx.Node) and consts.tensor(args[1]) is None:
-                # a transform pass sees lifted buffers without their values
-                return Domain(dtype_name(args[6]), (), (), int(args[4]), int(args[5]), int(args[3]), args[1].name)
-            scale = consts.value(args[1], node, "scale")
-            zp = consts.value(args[2], node, "zero_point") if args[2] is not None else [0] * len(scale)
-            axis, qmin, qmax, dtype = args[3], args[4], args[5], args[6]
-            return Domain.quantized(dtype_name(dtype), tuple(scale), tuple(zp), qmin, qmax, int(axis))
-        scale = consts.value(args[1], node, "scale")
-        zp = consts.value(args[2], node, "zero_point")
-        return Domain.quantized(dtype_name(args[5]), float(scale), int(zp), int(args[3]), int(args[4]))
-    except InputError:
-        raise
-    except (TypeError, ValueError) as e:
-        raise InputError(f"cannot read the quantization arguments of {target_name(node)}: {e}", node.name) from e
-
-
-def quant_args_domain(qa: Any, node: fx.Node) -> Domain:
-    """A Domain from an Arm ``QuantArgs`` (or anything with its fields)."""
-    try:
-        if getattr(qa, "per_channel", False):
-            return Domain.quantized(dtype_name(qa.dtype), tuple(qa.scale), tuple(qa.zp), qa.qmin, qa.qmax, int(qa.axis))
-        return Domain.quantized(dtype_name(qa.dtype), float(qa.scale), int(qa.zp), qa.qmin, qa.qmax)
-    except (AttributeError, TypeError, ValueError) as e:
-        raise InputError(f"malformed quantization parameters {qa!r}: {e}", node.name) from e
-
-
-def _tensor_args(node: fx.Node) -> Iterator[tuple[int, int | None, fx.Node]]:
-    """(arg position, list index or None, node) for each node in args."""
-    for i, a in enumerate(node.args):
-        if isinstance(a, fx.Node):
-            yield i, None, a
-        elif isinstance(a, (list, tuple)):
-            for j, e in enumerate(a):
-                if isinstance(e, fx.Node):
-                    yield i, j, e
-
-
-def _label(i: int, j: int | None) -> str:
-    return f"args[{i}]" if j is None else f"args[{i}][{j}]"
-
-
 class FxAdapter:
     def __init__(
         self, gm: fx.GraphModule, ep: Any | None, form: str, target: Target | None = None, carry: bool = True
@@ -301,7 +72,7 @@ class FxAdapter:
             raise InputError(f"unknown form {form!r}; expected one of {FORMS}")
         self.gm, self.ep, self.form = gm, ep, form
         self.target = target or get_target(None)
-        self.consts = _Consts(gm, ep)
+        self.consts = Consts(gm, ep)
         self.dg = DomainGraph(form=form, target=self.target.name)
         self.delegates: dict[str, tuple[Any, list[delegate.BoundaryOutput]]] = {}
         from qflow import targets
@@ -342,7 +113,7 @@ class FxAdapter:
                 hit = ({}, None)
             else:
                 op = base_name(target_name(node))
-                if op in _SLICES and removed_by_to_edge(node):
+                if op in SLICES and removed_by_to_edge(node):
                     hit = ({t.name: OpRule.RESCALE for t in self._members}, OpRule.RESCALE)
                 else:
                     hit = self._rules_of(op, self._marks(node, op))
@@ -405,7 +176,7 @@ class FxAdapter:
         """Is every tensor input of `node` a dequantize and every user a quantize?"""
         if not node.users or not all(self._op_class(u) is OpClass.QUANTIZE for u in node.users):
             return False
-        ins = [a for _, _, a in _tensor_args(node)]
+        ins = [a for _, _, a in tensor_args(node)]
         return bool(ins) and all(self._op_class(a) is OpClass.DEQUANTIZE for a in ins)
 
     def _rule(self, node: fx.Node) -> OpRule | None:
@@ -421,7 +192,7 @@ class FxAdapter:
 
     def _domain_free(self, node: fx.Node) -> bool:
         """Index, mask and shape tensors carry no quantization domain."""
-        dt = _val_dtype(node)
+        dt = val_dtype(node)
         return dt in _DOMAIN_FREE_DTYPES and self._op_class(node) not in (OpClass.QUANTIZE, OpClass.DEQUANTIZE)
 
     # -- build -------------------------------------------------------------------
@@ -449,9 +220,9 @@ class FxAdapter:
                 definition=d,
                 claim=claim,
                 dtype=dtype_name(dt) if dt is not None else None,
-                numel=_numel_of(val),
+                numel=numel_of(val),
                 stack_trace=meta.get("stack_trace"),
-                module_path=_module_path(node),
+                module_path=module_path(node),
             )
         )
 
@@ -477,7 +248,7 @@ class FxAdapter:
             self._add_dequantize(node)
         elif self.form == "folded":
             self._add_folded(node, cls)
-        elif self.form == "lowered" and cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION) and _is_float(node):
+        elif self.form == "lowered" and cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION) and is_float(node):
             self._add_cpu_float(node, cls)
         else:
             self._add_qdq_op(node, cls)
@@ -488,7 +259,7 @@ class FxAdapter:
         if node.op == "get_attr" or self.consts.is_constant(node):
             self._value(node, OpClass.CONSTANT, Definition(DefKind.FREE, reason="constant"))
             return
-        dt = _val_dtype(node)
+        dt = val_dtype(node)
         if dt is None or dt.is_floating_point:
             self._value(node, OpClass.CONSTANT, float_fact())
             self.dg.value(node.name).op_class = OpClass.UNKNOWN
@@ -760,15 +531,15 @@ class FxAdapter:
             cls is OpClass.COMPUTE and self._rule(node) is OpRule.CODE_COPY
         ):
             self._add_identity(node, cls, None)
-            for i, j, a in _tensor_args(node):
+            for i, j, a in tensor_args(node):
                 if a.name in self.dg.g:
-                    self.dg.add_use(a.name, node.name, _label(i, j))
+                    self.dg.add_use(a.name, node.name, arg_label(i, j))
             return
         if cls is OpClass.COMPUTE:
             self._value(node, cls, float_fact())
             dtype = None
-            for i, j, a in _tensor_args(node):
-                self._use(a, node, _label(i, j), FLOAT, True)
+            for i, j, a in tensor_args(node):
+                self._use(a, node, arg_label(i, j), FLOAT, True)
                 if dtype is None and self._op_class(a) is OpClass.DEQUANTIZE:
                     dq = self.dg.get(a.name)
                     dtype = dq.definition.domain.dtype if dq and dq.definition.domain else None
@@ -814,16 +585,16 @@ class FxAdapter:
         a cat between a DQ and a Q copies reals, not codes, and the Q after it
         is an ordinary (exact) quantize."""
         self._value(node, cls, float_fact())
-        for i, j, a in _tensor_args(node):
-            self._use(a, node, _label(i, j), FLOAT, True)
+        for i, j, a in tensor_args(node):
+            self._use(a, node, arg_label(i, j), FLOAT, True)
 
     def _add_unknown(self, node: fx.Node, claim: Domain | None) -> None:
         what = target_name(node) if node.op == "call_function" else f"{node.op} {node.target}"
         reason = f"unknown op {what} (register it with qflow.ops.register)"
         self._value(node, OpClass.UNKNOWN, Definition(DefKind.FREE, blocking=True, reason=reason), claim)
-        for i, j, a in _tensor_args(node):
+        for i, j, a in tensor_args(node):
             if a.name in self.dg.g:
-                self.dg.add_use(a.name, node.name, _label(i, j))
+                self.dg.add_use(a.name, node.name, arg_label(i, j))
         if claim is not None:
             self._claim(node, claim)
 
@@ -856,7 +627,7 @@ class FxAdapter:
                     blocking=True,
                     reason=f"{node.name} has input_qparams but no output_qparams: its output domain is not recorded",
                 )
-            elif _is_float(node) or _val_dtype(node) is None:
+            elif is_float(node) or val_dtype(node) is None:
                 d = float_fact()
             else:  # integer data the quantizer left alone (an int32 clamp → maximum/minimum)
                 d = Definition(DefKind.FREE, blocking=True, reason=f"{node.name}: unquantized integer data")
@@ -865,18 +636,18 @@ class FxAdapter:
         else:
             self._add_unknown(node, out)
             return
-        for i, j, a in _tensor_args(node):
+        for i, j, a in tensor_args(node):
             if a.name not in self.dg.g:
                 continue
             if i in declared:
                 # A DQ the fold kept (partial binary ops) feeds real numbers on
                 # the declared grid, which the backend handles: compare grids.
                 kept_dq = self._op_class(a) is OpClass.DEQUANTIZE
-                self._use(a, node, _label(i, j), declared[i], None if kept_dq else False)
+                self._use(a, node, arg_label(i, j), declared[i], None if kept_dq else False)
             elif cls is OpClass.COMPUTE and not quantized and self.dg.value(node.name).definition == float_fact():
-                self._use(a, node, _label(i, j), FLOAT, True)
+                self._use(a, node, arg_label(i, j), FLOAT, True)
             else:
-                self.dg.add_use(a.name, node.name, _label(i, j))
+                self.dg.add_use(a.name, node.name, arg_label(i, j))
 
     def _add_narrowed(self, node: fx.Node, cls: OpClass, out: Domain) -> None:
         """A compute op whose output_qparams narrow the code range (an activation
@@ -902,9 +673,9 @@ class FxAdapter:
         prefix = str(node.args[0].name)  # type: ignore[union-attr]
         self.dg.absorb(sub, prefix)
         self._value(node, OpClass.DELEGATE, Definition(DefKind.FREE, reason="delegate call (a tuple)"))
-        for i, j, a in _tensor_args(node):
+        for i, j, a in tensor_args(node):
             if a.name in self.dg.g:
-                self.dg.add_use(a.name, node.name, _label(i, j))
+                self.dg.add_use(a.name, node.name, arg_label(i, j))
         fed = list(node.args[1:])
         if len(fed) != len(ins):
             raise InputError(
@@ -923,10 +694,10 @@ class FxAdapter:
         """A delegate input is a dtype edge, and, when both sides are integer,
         a domain edge: the codes the parent feeds must be in the domain the
         partition's first dequantize of that input reads."""
-        if arg.name not in self.dg.g or (_val(arg) is not None and not isinstance(_val(arg), torch.Tensor)):
+        if arg.name not in self.dg.g or (val_of(arg) is not None and not isinstance(val_of(arg), torch.Tensor)):
             return  # a symbolic size, not a tensor: no dtype edge
         ph = f"{prefix}/{b.placeholder}"
-        dt = _val_dtype(arg)
+        dt = val_dtype(arg)
         fed = dtype_name(dt) if dt is not None else "?"
         expected = b.expected_dtype
         pv = sub.value(b.placeholder) if b.placeholder in sub.g else None
@@ -982,7 +753,7 @@ class FxAdapter:
             d = Definition(DefKind.FACT, out.domain, real=out.real)
         self._value(node, OpClass.DELEGATE, d)
         self.dg.add_use(call, node.name, f"output {out.index}")
-        dt = _val_dtype(node)
+        dt = val_dtype(node)
         declared = dtype_name(dt) if dt is not None else out.dtype
         produced = out.produced_dtype
         holds = declared == produced or {declared, produced} <= {"int8", "uint8"}

@@ -23,8 +23,9 @@ import torch.fx as fx
 
 from qflow.domain import Domain
 from qflow.graph import DefKind, DomainGraph, Obligation, ObligationKind
-from qflow.integrations import activations
-from qflow.integrations.copy_chains import fuses_into_next_clamp, is_dequantize, is_quantize
+from qflow.ir import activations
+from qflow.ir.copy_chains import fuses_into_next_clamp, is_dequantize, is_quantize
+from qflow.ir.fx_nodes import target_name
 from qflow.ops import OpClass, base_name
 
 #: The kinds that only make values wrong on a target whose contract outcome is a miscompile.
@@ -67,7 +68,6 @@ def constants(candidates: list[fx.Node], domain_of: dict[str, Domain]) -> list[C
 
     A clamp the target fuses with a neighbour (into a conv's rescale, or with
     the next activation) takes bounds from another domain, so it is left out."""
-    from qflow.integrations.fx import target_name
 
     out = []
     for node in candidates:

@@ -8,7 +8,7 @@ ground). Two hooks catch each lowering:
   wrapped wherever they are bound, including modules that imported the name
   (``arm_tester`` does), so each *lowered* program is proved: delegate
   boundaries plus each partition as handed to the backend (Q/DQ intact);
-* ``qflow.integrations.arm.capture_after`` records each Arm partition right
+* ``qflow.targets.arm.pipeline.capture_after`` records each Arm partition right
   after ``FoldAndAnnotateQParamsPass``: the *folded* form the backend lowers.
 
 qflow must never change what a test does: results are returned untouched,

@@ -26,16 +26,9 @@ here imports torch or ExecuTorch's Python packages.
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import importlib.util
-import re
-import shutil
 import struct
-import subprocess
-import sys
-import tempfile
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +36,7 @@ from typing import Any
 from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
+from qflow.ir.pte_tables import PROGRAM_NS, as_table, table, union_names
 from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify
 from qflow.targets.arm import tosa_io
 from qflow.targets.arm.vela import ELEM_DTYPE, io_elem_sizes
@@ -58,88 +52,6 @@ __all__ = ["PteProgram", "TOSA_ARTIFACT_HOOK", "build", "is_pte", "read_pte"]
 #: of each output. Missing or with another API, the domains at a TOSA
 #: delegate's integer IO stay *unproven*.
 TOSA_ARTIFACT_HOOK = "qflow.targets.arm.tosa_artifact"
-
-# --------------------------------------------------------------------------------------------
-# flatc-generated readers
-# --------------------------------------------------------------------------------------------
-
-_PROGRAM_NS = "qflow_fb_program"
-_XNNPACK_NS = "qflow_fb_xnnpack"
-_GEN_LOCK = threading.Lock()
-_GEN_DIR: Path | None = None
-
-
-def executorch_dir() -> Path:
-    """The installed ExecuTorch package directory, found without importing it."""
-    spec = importlib.util.find_spec("executorch")
-    locs = list(spec.submodule_search_locations or []) if spec is not None else []
-    if not locs:
-        raise InputError("reading a .pte needs the ExecuTorch wheel (its schemas and flatc): pip install executorch")
-    return Path(locs[0])
-
-
-def _flatc() -> str:
-    shipped = executorch_dir() / "data" / "bin" / "flatc"
-    if shipped.is_file():
-        return str(shipped)
-    found = shutil.which("flatc")
-    if found is None:
-        raise InputError("reading a .pte needs flatc (shipped in the ExecuTorch wheel under data/bin)")
-    return found
-
-
-def generated(namespace: str) -> Any:
-    """The Python package flatc generates for one of the shipped schemas
-    (``qflow_fb_program``: program.fbs; ``qflow_fb_xnnpack``: the XNNPACK
-    delegate's schema.fbs), generated on first use into a private directory."""
-    global _GEN_DIR
-    with _GEN_LOCK:
-        if _GEN_DIR is None:
-            et = executorch_dir()
-            out = Path(tempfile.mkdtemp(prefix="qflow-flatc-"))
-            atexit.register(shutil.rmtree, out, ignore_errors=True)
-            src = out / "schemas"
-            src.mkdir()
-            schemas = {
-                "program.fbs": (et / "schema" / "program.fbs", "executorch_flatbuffer", _PROGRAM_NS),
-                "scalar_type.fbs": (et / "schema" / "scalar_type.fbs", "executorch_flatbuffer", _PROGRAM_NS),
-                "xnnpack.fbs": (
-                    et / "backends" / "xnnpack" / "serialization" / "schema.fbs",
-                    "fb_xnnpack",
-                    _XNNPACK_NS,
-                ),
-            }
-            for name, (path, ns, new) in schemas.items():
-                if not path.is_file():
-                    raise InputError(f"the ExecuTorch wheel has no {path}: cannot read .pte files with it")
-                text = path.read_text(encoding="utf-8")
-                (src / name).write_text(re.sub(rf"\bnamespace\s+{ns}\s*;", f"namespace {new};", text), "utf-8")
-            cmd = [_flatc(), "--python", "-o", str(out), str(src / "program.fbs"), str(src / "xnnpack.fbs")]
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise InputError(f"flatc could not generate the .pte readers: {done.stderr.strip()}")
-            sys.path.append(str(out))
-            _GEN_DIR = out
-    return importlib.import_module(namespace)
-
-
-def table(namespace: str, name: str) -> Any:
-    """The generated accessor class `name` of a namespace."""
-    return getattr(importlib.import_module(f"{generated(namespace).__name__}.{name}"), name)
-
-
-def union_names(namespace: str, union: str) -> dict[int, str]:
-    """Union type code → member name."""
-    cls = table(namespace, union)
-    return {v: k for k, v in vars(cls).items() if isinstance(v, int) and not k.startswith("_")}
-
-
-def as_table(namespace: str, name: str, tab: Any) -> Any:
-    """A union member (a flatbuffers Table) viewed as table class `name`."""
-    obj = table(namespace, name)()
-    obj.Init(tab.Bytes, tab.Pos)
-    return obj
-
 
 # --------------------------------------------------------------------------------------------
 # The program
@@ -278,7 +190,7 @@ def read_pte(src: str | Path | bytes) -> PteProgram:
         raise InputError(f"{where}: not an ExecuTorch program (no 'ET' file identifier at offset 4)")
     size, base = _extended_header(data)
     try:
-        prog = table(_PROGRAM_NS, "Program").GetRootAs(data[:size], 0)
+        prog = table(PROGRAM_NS, "Program").GetRootAs(data[:size], 0)
         return _read_program(prog, data, base, where)
     except InputError:
         raise
@@ -297,8 +209,8 @@ def _segment(prog: Any, data: bytes, base: int, index: int, where: str) -> bytes
 
 
 def _read_program(prog: Any, data: bytes, base: int, where: str) -> PteProgram:
-    kernel_types = union_names(_PROGRAM_NS, "KernelTypes")
-    instr_types = union_names(_PROGRAM_NS, "InstructionArguments")
+    kernel_types = union_names(PROGRAM_NS, "KernelTypes")
+    instr_types = union_names(PROGRAM_NS, "InstructionArguments")
     plans = []
     for pi in range(prog.ExecutionPlanLength()):
         ep = prog.ExecutionPlan(pi)
@@ -312,14 +224,14 @@ def _read_program(prog: Any, data: bytes, base: int, where: str) -> PteProgram:
                 ins = chain.Instructions(ii)
                 kind = instr_types.get(ins.InstrArgsType(), "NONE")
                 if kind == "KernelCall":
-                    kc = as_table(_PROGRAM_NS, "KernelCall", ins.InstrArgs())
+                    kc = as_table(PROGRAM_NS, "KernelCall", ins.InstrArgs())
                     op = kc.OpIndex()
                     if not 0 <= op < len(op_names):
                         raise InputError(f"{where}: instruction {len(calls)} calls operator {op}, which is not listed")
                     args = tuple(int(kc.Args(j)) for j in range(kc.ArgsLength()))
                     calls.append(Call(len(calls), "kernel", op_names[op], args))
                 elif kind == "DelegateCall":
-                    dc = as_table(_PROGRAM_NS, "DelegateCall", ins.InstrArgs())
+                    dc = as_table(PROGRAM_NS, "DelegateCall", ins.InstrArgs())
                     args = tuple(int(dc.Args(j)) for j in range(dc.ArgsLength()))
                     calls.append(Call(len(calls), "delegate", "executorch_call_delegate", args, dc.DelegateIndex()))
                 else:
@@ -379,7 +291,7 @@ def _evalue(ev: Any, index: int, kernel_types: dict[int, str]) -> EValue:
     kind = kernel_types.get(ev.ValType(), "NONE")
     if kind == "NONE":
         return EValue(index, "Null")
-    t = as_table(_PROGRAM_NS, kind, ev.Val())
+    t = as_table(PROGRAM_NS, kind, ev.Val())
     if kind == "Tensor":
         st = t.ScalarType()
         sizes = tuple(int(t.Sizes(i)) for i in range(t.SizesLength()))

@@ -19,7 +19,7 @@ import torch.fx as fx
 
 from qflow.domain import Domain
 from qflow.errors import InputError
-from qflow.integrations.fx import target_name
+from qflow.ir.fx_nodes import target_name
 from qflow.ops import OpClass, classify
 from qflow.solvers.repair import DELEGATE_SEP, Plan, Requant
 

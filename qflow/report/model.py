@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qflow.report.text import render_text
+
 SCHEMA = "qflow.report/1"
 #: The JSON Schema of `Report.to_json()` (shipped with the package).
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
@@ -123,6 +125,4 @@ class Report:
         return json.dumps(self.to_json(), indent=2)
 
     def __str__(self) -> str:
-        from qflow.report.text import render_text
-
         return render_text(self)

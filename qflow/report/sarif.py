@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from qflow._version import __version__
 from qflow.report.kinds import KINDS
 from qflow.report.model import Report
 
@@ -92,7 +93,6 @@ def render_sarif(
     without a source line are located there. `base` is the directory paths are
     made relative to (default: the cwd, which is the repository root in CI).
     """
-    from qflow import __version__
 
     rs = as_reports(reports)
     artifacts = artifacts or {}

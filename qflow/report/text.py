@@ -2,9 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
-from qflow.report.model import Finding, Report
+
+# The model renders itself with this module (`Report.__str__`), so this module reads
+# reports by their shape and imports nothing from the model.
+class Finding(Protocol):
+    kind: str
+    node: str
+    severity: str
+    message: str
+    produced: dict[str, Any] | None
+    expected: dict[str, Any] | None
+    fix: str
+    source: str | None
+    targets: dict[str, str] | None
+
+
+class Report(Protocol):
+    name: str
+    form: str
+    target: str
+    notes: list[str]
+    obligations: Mapping[str, int]
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def findings(self) -> Sequence[Finding]: ...
+
 
 #: The verdict's words in the summary line (any other status: NOT PROVED).
 VERDICTS = {"proved": "PROVED", "nothing-quantized": "NOTHING QUANTIZED"}

@@ -407,7 +407,7 @@ class ArmBackend(Backend):
     def quantize(self, case, model, samples):
         from executorch.backends.arm.quantizer import get_symmetric_a16w8_quantization_config
 
-        from qflow.integrations import arm
+        from qflow.targets.arm import pipeline as arm
 
         config = get_symmetric_a16w8_quantization_config() if self.int16 else None
         quantizer = arm.default_quantizer(self.spec, config)
@@ -423,7 +423,7 @@ class ArmBackend(Backend):
         return self.quantize(None, model, samples)
 
     def lower_and_run_batch(self, gm, samples):
-        from qflow.integrations import arm
+        from qflow.targets.arm import pipeline as arm
 
         try:
             with arm.capture_after() as folded:
@@ -441,7 +441,7 @@ class ArmBackend(Backend):
         return top, outs
 
     def lower_and_run(self, gm, op, samples):
-        from qflow.integrations import arm
+        from qflow.targets.arm import pipeline as arm
 
         try:
             edge = arm.lower(gm, samples[0], spec=self.spec)
@@ -477,7 +477,7 @@ class XnnpackBackend(Backend):
     def quantize(self, case, model, samples):
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-        from qflow.integrations import xnnpack
+        from qflow.targets.xnnpack import pipeline as xnnpack
 
         def build(quantizer):
             prepared = prepare_pt2e(_export(model, samples[0]), quantizer)
@@ -492,7 +492,7 @@ class XnnpackBackend(Backend):
         return build(_OpAnnotatingQuantizer(xnnpack.default_quantizer(), [case.op])), "custom"
 
     def quantize_batch(self, cases, model, samples, custom):
-        from qflow.integrations import xnnpack
+        from qflow.targets.xnnpack import pipeline as xnnpack
 
         quantizer = xnnpack.default_quantizer()
         if custom:
@@ -500,7 +500,7 @@ class XnnpackBackend(Backend):
         return _convert(model, samples, quantizer), "custom" if custom else "stock"
 
     def lower_and_run_batch(self, gm, samples):
-        from qflow.integrations import xnnpack
+        from qflow.targets.xnnpack import pipeline as xnnpack
 
         try:
             edge = xnnpack.lower(gm, samples[0], per_op=True)
@@ -529,7 +529,7 @@ class XnnpackBackend(Backend):
         return top, outs
 
     def lower_and_run(self, gm, op, samples):
-        from qflow.integrations import xnnpack
+        from qflow.targets.xnnpack import pipeline as xnnpack
 
         try:
             edge = xnnpack.lower(gm, samples[0])

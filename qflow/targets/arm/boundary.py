@@ -15,7 +15,8 @@ import torch
 import torch.fx as fx
 
 from qflow.domain import Domain
-from qflow.integrations.delegate import ITEMSIZE, BoundaryInput, BoundaryOutput, placeholder_dtypes
+from qflow.ir.delegate import ITEMSIZE, BoundaryInput, BoundaryOutput, placeholder_dtypes
+from qflow.ir.fx_nodes import dtype_name, qdq_domain, quant_args_domain, target_name
 from qflow.targets.arm import tosa_io
 from qflow.targets.arm.vela import ELEM_DTYPE, io_elem_sizes
 
@@ -26,7 +27,7 @@ TOSA_ARTIFACT = ("TOSABackend", "VgfBackend")
 def _fold(ep: Any) -> Any:
     """The partition after the real Arm fold pass (on a copy), or None."""
     try:
-        from qflow.integrations.arm import fold_qparams
+        from qflow.targets.arm.pipeline import fold_qparams
 
         return fold_qparams(ep)
     except Exception:  # not foldable here: fall back to the partition's own view
@@ -37,7 +38,6 @@ def _folded_output(o: fx.Node) -> tuple[str, Domain | None]:
     """A folded node's output dtype and domain from its qparams, following
     pass-through ops back to the op that owns them (after the fold, meta['val']
     is whatever the fake kernel says, e.g. int32 for a linear)."""
-    from qflow.integrations.fx import dtype_name, qdq_domain, quant_args_domain, target_name
     from qflow.ops import OpClass, classify
 
     node = o

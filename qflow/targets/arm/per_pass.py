@@ -18,11 +18,12 @@ pass that folds it away is the one to blame.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qflow.ir.fx_nodes import target_name
 from qflow.report.model import Finding, Report
 
 #: Finding kinds that predict what a later pass will do rather than say the
@@ -90,9 +91,12 @@ def step_passes(partition_ep: Any, spec: str) -> Iterator[tuple[int, str, Any]]:
             yield i, _pass_name(p), ep
 
 
-def _verdict(ep: Any, index: int, name: str) -> tuple[Step, Report | None]:
-    from qflow.api import analyze
+#: How a program is read and proved: `qflow.analyze`, handed in by the caller (the readers
+#: sit a layer above the backends, so this module does not import them).
+Analyze = Callable[[Any], Report]
 
+
+def _verdict(ep: Any, index: int, name: str, analyze: Analyze) -> tuple[Step, Report | None]:
     try:
         r = analyze(ep)
     except Exception as e:  # a TOSA-dialect stage qflow cannot read: no verdict, no blame
@@ -105,10 +109,10 @@ def _verdict(ep: Any, index: int, name: str) -> tuple[Step, Report | None]:
     return Step(index, name, bad, r.obligations.get("unproven", 0)), r
 
 
-def blame_partition(partition_ep: Any, spec: str, name: str = "partition") -> Blame:
+def blame_partition(partition_ep: Any, spec: str, analyze: Analyze, name: str = "partition") -> Blame:
     """Step one partition through the pipeline and name the first pass after
     which an obligation that held is violated."""
-    first, report = _verdict(partition_ep, -1, "(before the Arm pipeline)")
+    first, report = _verdict(partition_ep, -1, "(before the Arm pipeline)", analyze)
     blame = Blame(name, None, None, steps=[first], report=report)
     if first.violated and report is not None:
         blame.index, blame.pass_name = -1, None
@@ -116,7 +120,7 @@ def blame_partition(partition_ep: Any, spec: str, name: str = "partition") -> Bl
         return blame
     seen = set(first.violated)
     for i, pname, ep in step_passes(partition_ep, spec):
-        step, r = _verdict(ep, i, pname)
+        step, r = _verdict(ep, i, pname, analyze)
         blame.steps.append(step)
         new = step.violated - seen
         if new and r is not None:
@@ -127,13 +131,12 @@ def blame_partition(partition_ep: Any, spec: str, name: str = "partition") -> Bl
     return blame
 
 
-def blame_lowered(program: Any, spec: str | None = None) -> list[Blame]:
+def blame_lowered(program: Any, analyze: Analyze, spec: str | None = None) -> list[Blame]:
     """`blame_partition` for every Arm TOSA delegate of a lowered program
     (EdgeProgramManager or ExportedProgram); the spec defaults to the
     delegate's own compile spec."""
-    from qflow.integrations.delegate import lowered_module
-    from qflow.integrations.fx import target_name
-    from qflow.integrations.load import graph_module_of
+    from qflow.ir.delegate import lowered_module
+    from qflow.ir.load import graph_module_of
     from qflow.ops import OpClass, classify
 
     gm, _ = graph_module_of(program)
@@ -145,7 +148,7 @@ def blame_lowered(program: Any, spec: str | None = None) -> list[Blame]:
         if lm is None or lm.backend_id not in ("TOSABackend", "EthosUBackend", "VgfBackend"):
             continue
         s = spec or _spec_of(lm)
-        out.append(blame_partition(lm.original_module, s, f"{n.args[0].name} ({s})"))
+        out.append(blame_partition(lm.original_module, s, analyze, f"{n.args[0].name} ({s})"))
     return out
 
 
@@ -157,16 +160,16 @@ def _spec_of(lm: Any) -> str:
     return "TOSA-1.0+INT"
 
 
-def check_file(path: Path, spec: str) -> list[Report]:
+def check_file(path: Path, spec: str, analyze: Analyze) -> list[Report]:
     """``qflow check --arm SPEC --per-pass``: lower the program with the real
     TOSA partitioner and, per partition, the report right after the first
     pass that breaks an obligation (a note names it)."""
-    from qflow.integrations.arm import lower
-    from qflow.integrations.load import load_program
+    from qflow.ir.load import load_program
+    from qflow.targets.arm.pipeline import lower
 
     lowered = lower(load_program(path), (), spec=spec)
     reports = []
-    for i, b in enumerate(blame_lowered(lowered, spec)):
+    for i, b in enumerate(blame_lowered(lowered, analyze, spec)):
         r = b.report or Report(proved=True, findings=[], obligations={"proved": 0, "violated": 0, "unproven": 0})
         r.name = f"{path.name} partition {i} ({spec}) per pass"
         if b.index is not None and b.index >= 0:  # only the findings the blamed pass introduced

@@ -32,8 +32,8 @@ import torch.fx as fx
 from qflow.analysis import _source as _source_line
 from qflow.domain import Domain
 from qflow.errors import InputError
-from qflow.integrations.delegate import ITEMSIZE, byte_factor, compatible
-from qflow.integrations.fx import _Consts, dtype_name, qdq_domain, target_name
+from qflow.ir.delegate import ITEMSIZE, byte_factor, compatible
+from qflow.ir.fx_nodes import Consts, dtype_name, qdq_domain, target_name
 from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify
 from qflow.report.kinds import kind
 from qflow.report.model import Finding, Report
@@ -96,7 +96,7 @@ class _Predictor:
 
         self.ep, self.tags = ep, tags
         self.foldable = FoldAndAnnotateQParamsPass.is_foldable
-        self.consts = _Consts(ep.graph_module, ep)
+        self.consts = Consts(ep.graph_module, ep)
         self.findings: list[Finding] = []
         self.checked = 0
 

@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from qflow.domain import FLOAT, Domain
+from qflow.ir.fx_nodes import Consts, qdq_domain, target_name
 
 # ---------------------------------------------------------------------------
 # Reading the flatbuffer
@@ -1051,7 +1052,7 @@ class Interpreter:
     def activations(self) -> None:
         """Each CLAMP must be an activation the PT2E program asked for; each
         activation that cuts into the code range must have its CLAMP."""
-        from qflow.integrations.activations import exact
+        from qflow.ir.activations import exact
 
         bounds = _code_bounds
         realised: set[int] = set()
@@ -1148,7 +1149,7 @@ class Interpreter:
 def _code_bounds(act: Activation, d: Domain) -> tuple[int, int]:
     """An activation's bounds quantized in `d`; a bound beyond the code range saturates
     (hardtanh(2, 3) on a grid that ends at 1.5 is all qmax)."""
-    from qflow.integrations.activations import code
+    from qflow.ir.activations import code
 
     lo = max(d.qmin, int(code(d, act.lo, -math.inf))) if act.lo is not None else d.qmin
     hi = min(d.qmax, int(code(d, act.hi, math.inf))) if act.hi is not None else d.qmax
@@ -1237,7 +1238,6 @@ def validate(prog: TosaProgram, anchors: Anchors) -> list[Check]:
 
 
 def _qdq(node: Any, consts: Any) -> Domain | None:
-    from qflow.integrations.fx import qdq_domain
 
     try:
         return qdq_domain(node, consts)
@@ -1247,11 +1247,10 @@ def _qdq(node: Any, consts: Any) -> Domain | None:
 
 def partition_anchors(ep: Any) -> Anchors:
     """Domains the partition program (Q/DQ intact) declares, by FX node name."""
-    from qflow.integrations import activations, copy_chains
-    from qflow.integrations.fx import _Consts, target_name
+    from qflow.ir import activations, copy_chains
     from qflow.ops import OpClass, base_name, classify
 
-    consts = _Consts(ep.graph_module, ep)
+    consts = Consts(ep.graph_module, ep)
     a = Anchors(inputs={}, outputs=[], consts={})
     for n in ep.graph.nodes:
         a.nodes.add(n.name)
@@ -1296,12 +1295,11 @@ def partition_anchors(ep: Any) -> Anchors:
 def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anchors:
     """Anchors of one delegate call: the partition's declarations plus the
     parent's quantize (inputs) and dequantize (outputs) arguments."""
-    from qflow.integrations.fx import _Consts, target_name
     from qflow.ops import OpClass, classify
 
     ep = lowered.original_module
     a = partition_anchors(ep)
-    parent = _Consts(gm, None)
+    parent = Consts(gm, None)
     user_inputs = list(ep.graph_signature.user_inputs)
     fed = list(call.args[1:])
     # the const map also covers rewritten names (aten_convolution_default → its weight)
@@ -1321,7 +1319,7 @@ def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anc
             d = FLOAT
         if d is None and ph in ph_nodes:  # fed by another delegate: the partition's own reading
             dq = [u for u in ph_nodes[ph].users if classify(target_name(u)) is OpClass.DEQUANTIZE]
-            d = _qdq(dq[0], _Consts(ep.graph_module, ep)) if dq else None
+            d = _qdq(dq[0], Consts(ep.graph_module, ep)) if dq else None
             pval = ph_nodes[ph].meta.get("val")
             dt = str(getattr(pval, "dtype", "")).replace("torch.", "")
             if d is None and not dq and dt in _RANGE:  # integer data nothing quantizes: real = code
@@ -1330,7 +1328,7 @@ def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anc
         a.inputs[ph] = d
         qs = list(ph_nodes[ph].users) if ph in ph_nodes else []
         if d is FLOAT and qs and all(classify(target_name(u)) is OpClass.QUANTIZE for u in qs):
-            doms = {_qdq(u, _Consts(ep.graph_module, ep)) for u in qs}
+            doms = {_qdq(u, Consts(ep.graph_module, ep)) for u in qs}
             if len(doms) == 1 and None not in doms:
                 a.float_inputs[ph] = doms.pop()  # type: ignore[assignment]
     # outputs: the parent's dequantize of each getitem; else the partition's own output quantize
@@ -1351,7 +1349,7 @@ def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anc
             elif others and getattr(getattr(val, "dtype", None), "is_floating_point", False):
                 exp, where = FLOAT, f"the parent graph ({g.name} is {val.dtype}, used by {others[0].name})"
         if exp is None and hasattr(o, "op") and classify(target_name(o)) is OpClass.QUANTIZE:
-            exp, where = _qdq(o, _Consts(ep.graph_module, ep)), f"the partition's output quantize {o.name}"
+            exp, where = _qdq(o, Consts(ep.graph_module, ep)), f"the partition's output quantize {o.name}"
         dt = str(getattr(o.meta.get("val"), "dtype", "")).replace("torch.", "") if hasattr(o, "meta") else ""
         if exp is None and dt in _RANGE and not getitems.get(i) or exp is None and _plain(getitems.get(i, []), dt):
             exp, where = Domain.quantized(dt, 1.0, 0, *_RANGE[dt]), "the parent graph (plain integer data)"
@@ -1391,10 +1389,9 @@ def constant_domains(ep: Any, only: set[str] | None = None) -> tuple[Constant, .
     """The quantized constants of a Q/DQ program (a partition, or the whole
     PT2E program a .pte was lowered from): each dequantize of an integer
     parameter, buffer or constant gives its codes a domain."""
-    from qflow.integrations.fx import _Consts, target_name
     from qflow.ops import OpClass, classify
 
-    consts = _Consts(ep.graph_module, ep)
+    consts = Consts(ep.graph_module, ep)
     out = []
     for n in ep.graph.nodes:
         if n.op != "call_function" or classify(target_name(n)) is not OpClass.DEQUANTIZE:
@@ -1479,7 +1476,6 @@ def _match_by_content(a: Anchors, declared: dict[str, Domain], ep: Any, prog: To
 
 def _plain(getitems: list[Any], dtype: str) -> bool:
     """The parent uses the output as integers (no dequantize): plain integer data."""
-    from qflow.integrations.fx import target_name
     from qflow.ops import OpClass, classify
 
     if dtype not in _RANGE or not getitems:
@@ -1573,9 +1569,8 @@ def analyze_artifact(obj: Any, name: str = "") -> Any:
     a Report whose every obligation comes from the flatbuffers."""
     from qflow.analysis import analyze_graph
     from qflow.graph import DomainGraph
-    from qflow.integrations.delegate import lowered_module
-    from qflow.integrations.fx import target_name
-    from qflow.integrations.load import graph_module_of
+    from qflow.ir.delegate import lowered_module
+    from qflow.ir.load import graph_module_of
     from qflow.ops import OpClass, classify
 
     gm, _ = graph_module_of(obj)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value
+from qflow.ir.pte_tables import as_table, executorch_dir, table, union_names
 from qflow.ops import OpClass
 
 _NS = "qflow_fb_xnnpack"
@@ -152,7 +153,6 @@ def _fields(obj: object) -> dict[str, object]:
 
 def read_payload(payload: bytes) -> XnnGraph:
     """Parse an XNNPACK delegate payload."""
-    from qflow.integrations.pte import as_table, table, union_names
 
     fb = flatbuffer_of(bytes(payload))
     try:
@@ -195,8 +195,6 @@ def _union_members() -> dict[str, str]:
     """Union member → table name (``XNNAdd: _XNNNode2x1``), from the shipped schema."""
     import re
 
-    from qflow.integrations.pte import executorch_dir
-
     text = (executorch_dir() / "backends" / "xnnpack" / "serialization" / "schema.fbs").read_text("utf-8")
     m = re.search(r"union\s+XNodeUnion\s*\{(.*?)\}", text, re.S)
     out = {}
@@ -209,7 +207,6 @@ def _union_members() -> dict[str, str]:
 
 
 def _value(xv: object, value_types: dict[int, str], quant_types: dict[int, str]) -> XnnValue:
-    from qflow.integrations.pte import as_table
 
     kind = value_types.get(xv.XvalueUnionType(), "NONE")  # type: ignore[attr-defined]
     body = as_table(_NS, kind, xv.XvalueUnion())  # type: ignore[attr-defined]

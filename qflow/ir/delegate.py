@@ -23,6 +23,7 @@ import torch
 import torch.fx as fx
 
 from qflow.domain import FLOAT, Domain
+from qflow.ir.fx_nodes import Consts, dtype_name, qdq_domain, target_name
 
 ITEMSIZE = {"bool": 1, "int4": 1, "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8, "float16": 2}
 ITEMSIZE |= {"bfloat16": 2, "float32": 4, "float64": 8}
@@ -100,7 +101,6 @@ def _hook(lowered: Any, name: str) -> Callable[..., Any] | None:
 
 
 def placeholder_dtypes(ep: Any) -> dict[str, str]:
-    from qflow.integrations.fx import dtype_name
 
     out = {}
     for n in ep.graph.nodes:
@@ -130,11 +130,10 @@ def boundaries(lowered: Any) -> tuple[list[BoundaryInput], list[BoundaryOutput]]
 
 def boundary_outputs(lowered: Any) -> list[BoundaryOutput]:
     """What each output of a lowered partition produces, by its own program."""
-    from qflow.integrations.fx import _Consts, dtype_name, qdq_domain, target_name
     from qflow.ops import OpClass, classify
 
     ep = lowered.original_module
-    consts = _Consts(ep.graph_module, ep)
+    consts = Consts(ep.graph_module, ep)
     result = []
     for i, o in enumerate(ep.graph.output_node().args[0]):
         val = o.meta.get("val")

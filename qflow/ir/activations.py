@@ -17,6 +17,7 @@ import torch.fx as fx
 
 from qflow.domain import Domain
 from qflow.graph import DomainGraph, Obligation, ObligationKind
+from qflow.ir.fx_nodes import quant_args_domain, target_name
 from qflow.ops import base_name
 from qflow.targets import Fusion, Target
 
@@ -28,7 +29,6 @@ BOUNDED = frozenset({"relu", "relu_", "relu6", "hardtanh", "hardtanh_", "clamp",
 
 def bounds(node: fx.Node) -> tuple[float | None, float | None] | None:
     """The real clamp interval of an activation node, or None if it is not one."""
-    from qflow.integrations.fx import target_name
 
     name = base_name(target_name(node))
     if name not in BOUNDED:
@@ -93,7 +93,6 @@ def left_without_domain(prod: fx.Node, activation: str, target: Target) -> str:
     """What lowering does with a producer whose output domain only its
     (unfused) activation records."""
     from qflow import targets
-    from qflow.integrations.fx import target_name
 
     for name in (target.name, *target.members):
         consequence = targets.get(name).hook("left_without_domain")
@@ -108,7 +107,6 @@ def domain_through(node: fx.Node) -> tuple[fx.Node, Domain] | None:
     them. Its rescale targets that domain, saturating only to the dtype range;
     the clamp then enforces the bounds, so the producer's domain is the
     activation's, widened to the dtype range."""
-    from qflow.integrations.fx import quant_args_domain, target_name
     from qflow.ops import OpClass, classify
 
     if base_name(target_name(node)) not in PRODUCERS:
@@ -155,7 +153,6 @@ def note_inferred(dg: DomainGraph, producer: fx.Node, activation: fx.Node, d: Do
 def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str, target: Target) -> None:
     """Add the fuseability obligation for activation `node` feeding a quantize in `q`."""
     from qflow import targets as registry
-    from qflow.integrations.fx import target_name
 
     b = bounds(node)
     prod = node.args[0] if node.args else None

@@ -10,8 +10,8 @@ import torch
 import torch.fx as fx
 
 from qflow.errors import InputError
-from qflow.integrations import pt2
-from qflow.integrations.quiet import library_noise
+from qflow.ir import pt2
+from qflow.ir.quiet import library_noise
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def is_pte(path: str | Path) -> bool:
 
 def read_program(path: str | Path) -> Any:
     """A `torch.export.save`d program read for checking: qflow's own reader
-    (`qflow.integrations.pt2`, no torch._dynamo: about half the time of a
+    (`qflow.ir.pt2`, no torch._dynamo: about half the time of a
     check) when it understands everything in the archive, else the real
     ExportedProgram from `load_program`. Both carry the same graph; only the
     latter can be run, lowered or repaired."""

@@ -1,0 +1,264 @@
+"""FX node facts both the program readers and the backends' checks read: canonical op
+names, dtypes, shapes, where a quantize's arguments point, and the domain they name.
+
+Knows no backend and builds no domain graph: the toolkit under `qflow.integrations`
+(the readers) and `qflow.targets.<backend>` (artifact checks, boundary prediction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from qflow.domain import Domain
+from qflow.errors import InputError
+from qflow.ops import OpClass, base_name, classify
+
+
+def target_name(node: fx.Node) -> str:
+    """Canonical string of an FX target: ``aten.cat.default``,
+    ``quantized_decomposed.quantize_per_tensor.default``, ``operator.getitem``."""
+    t = node.target
+    if isinstance(t, str):
+        return t
+    # every node of an op shares its target object: name it once (keyed by identity,
+    # holding the object so its id cannot be reused by another)
+    hit = _TARGET_NAMES.get(id(t))
+    if hit is not None and hit[0] is t:
+        return hit[1]
+    name = _target_name(t)
+    if len(_TARGET_NAMES) >= _CACHE_MAX:
+        _TARGET_NAMES.clear()
+    _TARGET_NAMES[id(t)] = (t, name)
+    return name
+
+
+def _target_name(t: Any) -> str:
+    name = getattr(t, "__name__", None)
+    module = getattr(t, "__module__", "") or ""
+    if isinstance(t, torch._ops.OpOverload):
+        return str(t)
+    if name and ("EdgeOpOverload" in type(t).__name__ or "." in name):
+        return name
+    if name:
+        mod = module.split(".")[-1] if module else ""
+        return f"{mod}.{name}" if mod in ("operator", "_operator") else name
+    return str(t)
+
+
+_CACHE_MAX = 4096
+_TARGET_NAMES: dict[int, tuple[Any, str]] = {}
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def dtype_name(dt: Any) -> str:
+    if isinstance(dt, torch.dtype):  # a handful of interned objects: name each once
+        s = _DTYPE_NAMES.get(dt)
+        if s is None:
+            s = _DTYPE_NAMES[dt] = _dtype_name(dt)
+        return s
+    return _dtype_name(dt)
+
+
+def _dtype_name(dt: Any) -> str:
+    s = str(dt)
+    return s[len("torch.") :] if s.startswith("torch.") else s
+
+
+def val_of(node: fx.Node) -> Any:
+    return node.meta.get("val")
+
+
+def val_dtype(node: fx.Node) -> torch.dtype | None:
+    v = val_of(node)
+    return getattr(v, "dtype", None)
+
+
+def numel_of(v: Any) -> int | None:
+    try:
+        return int(v.numel()) if hasattr(v, "numel") else None
+    except Exception:  # symbolic shapes
+        return None
+
+
+def static_shape(v: Any) -> tuple[int, ...] | None:
+    shape = getattr(v, "shape", None)
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return tuple(shape)
+
+
+SLICES = frozenset({"slice", "slice_copy"})
+
+
+def removed_by_to_edge(node: fx.Node) -> bool:
+    """Is `node` a slice that keeps its input's whole (static) shape?
+
+    ExecuTorch's `to_edge` removes it (exir RemoveNoopPass, run by every
+    lowering before any partitioner), so no backend ever sees it: a quantize
+    after it becomes a requant of its input's dequantize, which the backend
+    realises. (Measured: campaign case 00105, exact on the TOSA reference model.)"""
+    if node.op != "call_function" or base_name(target_name(node)) not in SLICES:
+        return False
+    src = node.args[0] if node.args else None
+    shape = static_shape(val_of(node))
+    return isinstance(src, fx.Node) and shape is not None and shape == static_shape(val_of(src))
+
+
+def module_path(node: fx.Node) -> str | None:
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return None
+    path, _ = next(reversed(stack.values())) if isinstance(stack, dict) else list(stack.values())[-1]
+    return str(path)
+
+
+def detect_form(gm: fx.GraphModule) -> str:
+    """'folded' if the Arm fold pass annotated the graph, 'lowered' if it calls
+    a delegate, else 'qdq'."""
+    lowered = False
+    for n in gm.graph.nodes:
+        if "input_qparams" in n.meta or "output_qparams" in n.meta:
+            return "folded"
+        lowered = lowered or (n.op == "call_function" and classify(target_name(n)) is OpClass.DELEGATE)
+    return "lowered" if lowered else "qdq"
+
+
+def is_float(node: fx.Node) -> bool:
+    dt = val_dtype(node)
+    return dt is not None and dt.is_floating_point
+
+
+class Consts:
+    """Resolves scale / zero-point arguments given as literals or tensor nodes."""
+
+    def __init__(self, gm: fx.GraphModule, ep: Any | None) -> None:
+        self.gm, self.ep = gm, ep
+        self._placeholder_targets: dict[str, str] = {}
+        #: qdq_domain's results by (target, argument types, arguments after the input)
+        self.domains: dict[tuple[Any, ...], Domain] = {}
+        if ep is not None:
+            sig = ep.graph_signature
+            for mapping in (sig.inputs_to_buffers, sig.inputs_to_parameters):
+                self._placeholder_targets.update(mapping)
+            self._placeholder_targets.update(getattr(sig, "inputs_to_lifted_tensor_constants", {}))
+
+    def tensor(self, node: fx.Node) -> torch.Tensor | None:
+        if node.op == "get_attr":
+            obj: Any = self.gm
+            for part in str(node.target).split("."):
+                obj = getattr(obj, part, None)
+            return obj if isinstance(obj, torch.Tensor) else None
+        if node.op == "placeholder" and self.ep is not None:
+            key = self._placeholder_targets.get(node.name)
+            if key is None:
+                return None
+            if key in self.ep.state_dict:
+                return self.ep.state_dict[key]
+            return self.ep.constants.get(key)
+        return None
+
+    def value(self, x: Any, where: fx.Node, what: str) -> Any:
+        if isinstance(x, fx.Node):
+            t = self.tensor(x)
+            if t is None:
+                raise InputError(
+                    f"{what} is node {x.name!r}, whose value qflow cannot resolve "
+                    "(pass the ExportedProgram that owns this graph, not its bare graph module)",
+                    where.name,
+                )
+            return t.tolist() if t.dim() > 0 else t.item()
+        return x
+
+    def is_constant(self, node: fx.Node) -> bool:
+        if node.op == "get_attr":
+            return True
+        return node.op == "placeholder" and node.name in self._placeholder_targets
+
+
+def qdq_domain(node: fx.Node, consts: Consts) -> Domain:
+    """The domain named by a quantize / dequantize node's arguments.
+
+    A quantize and its dequantizes name one domain with the same arguments (and
+    every copy of a weight's dequantize reads the same tensors): read each
+    argument list once per graph. The key holds each argument's type, so only
+    arguments that are the same values of the same types share an entry, and
+    whether the op is per channel, the one thing the op itself decides."""
+    cache: dict[tuple[Any, ...], Domain] | None = getattr(consts, "domains", None)  # (any resolver may come)
+    rest = node.args[1:]
+    if cache is None or any(type(a) is float and not a for a in rest):
+        return _qdq_domain(node, consts)  # (±0.0 compare equal but print apart)
+    # (a quantize and its dequantize read the same argument list the same way)
+    key = (base_name(target_name(node)).endswith("per_channel"), tuple(map(type, rest)), rest)
+    try:
+        hit = cache.get(key)
+    except TypeError:  # an unhashable argument
+        return _qdq_domain(node, consts)
+    if hit is None:
+        hit = cache[key] = _qdq_domain(node, consts)
+    return hit
+
+
+def _qdq_domain(node: fx.Node, consts: Consts) -> Domain:
+    name = base_name(target_name(node))
+    args = list(node.args)
+    per_channel = name.endswith("per_channel")
+    need = 7 if per_channel else 6
+    if len(args) < need:
+        raise InputError(
+            f"{target_name(node)} has {len(args)} arguments, expected {need} "
+            "(input, scale, zero_point, " + ("axis, " if per_channel else "") + "qmin, qmax, dtype)",
+            node.name,
+        )
+    if not per_channel and isinstance(args[1], fx.Node) and consts.tensor(args[1]) is None:
+        # dynamic quantization: qparams computed at run time (choose_qparams);
+        # the run-time tensors stand for their value, so a Q and a DQ that read
+        # the same ones share a domain, and any other pairing is not proved
+        if len(args) < 6:
+            raise InputError(f"{target_name(node)} has {len(args)} arguments, expected 6", node.name)
+        zp = args[2].name if isinstance(args[2], fx.Node) else str(args[2])
+        return Domain.run_time(dtype_name(args[5]), f"{args[1].name}, {zp}", int(args[3]), int(args[4]))
+    try:
+        if per_channel:
+            if isinstance(args[1], fx.Node) and consts.tensor(args[1]) is None:
+                # a transform pass sees lifted buffers without their values
+                return Domain(dtype_name(args[6]), (), (), int(args[4]), int(args[5]), int(args[3]), args[1].name)
+            scale = consts.value(args[1], node, "scale")
+            zp = consts.value(args[2], node, "zero_point") if args[2] is not None else [0] * len(scale)
+            axis, qmin, qmax, dtype = args[3], args[4], args[5], args[6]
+            return Domain.quantized(dtype_name(dtype), tuple(scale), tuple(zp), qmin, qmax, int(axis))
+        scale = consts.value(args[1], node, "scale")
+        zp = consts.value(args[2], node, "zero_point")
+        return Domain.quantized(dtype_name(args[5]), float(scale), int(zp), int(args[3]), int(args[4]))
+    except InputError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise InputError(f"cannot read the quantization arguments of {target_name(node)}: {e}", node.name) from e
+
+
+def quant_args_domain(qa: Any, node: fx.Node) -> Domain:
+    """A Domain from an Arm ``QuantArgs`` (or anything with its fields)."""
+    try:
+        if getattr(qa, "per_channel", False):
+            return Domain.quantized(dtype_name(qa.dtype), tuple(qa.scale), tuple(qa.zp), qa.qmin, qa.qmax, int(qa.axis))
+        return Domain.quantized(dtype_name(qa.dtype), float(qa.scale), int(qa.zp), qa.qmin, qa.qmax)
+    except (AttributeError, TypeError, ValueError) as e:
+        raise InputError(f"malformed quantization parameters {qa!r}: {e}", node.name) from e
+
+
+def tensor_args(node: fx.Node) -> Iterator[tuple[int, int | None, fx.Node]]:
+    """(arg position, list index or None, node) for each node in args."""
+    for i, a in enumerate(node.args):
+        if isinstance(a, fx.Node):
+            yield i, None, a
+        elif isinstance(a, (list, tuple)):
+            for j, e in enumerate(a):
+                if isinstance(e, fx.Node):
+                    yield i, j, e
+
+
+def arg_label(i: int, j: int | None) -> str:
+    return f"args[{i}]" if j is None else f"args[{i}][{j}]"
