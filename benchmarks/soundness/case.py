@@ -172,7 +172,7 @@ def make_quantizer(variant: str, rng: random.Random, sink: dict[str, Any]) -> An
             get_symmetric_quantization_config,
         )
 
-        from qflow.integrations import arm
+        from qflow.targets.arm import pipeline as arm
 
         if variant == "arm-a16w8":
             cfg = get_symmetric_a16w8_quantization_config(is_per_channel=True)
@@ -206,7 +206,7 @@ def lower(variant: str, ep: Any, inputs: Inputs) -> tuple[Any, list[Any]]:
             ep, partitioner=[XnnpackPartitioner()], compile_config=EdgeCompileConfig(_check_ir_validity=False)
         )
         return edge, []
-    from qflow.integrations import arm
+    from qflow.targets.arm import pipeline as arm
 
     with arm.capture_after() as partitions:
         edge = arm.lower(ep, inputs, SPEC_OF[variant])
@@ -225,7 +225,7 @@ def run_backend(variant: str, edge: Any, inputs: Inputs) -> list[torch.Tensor]:
         program = Runtime.get().load_program(edge.to_executorch().buffer)
         out = program.load_method("forward").execute(list(inputs))
         return [t for t in out if isinstance(t, torch.Tensor)]
-    from qflow.integrations import arm
+    from qflow.targets.arm import pipeline as arm
 
     return arm.run_tosa_reference(edge, inputs)
 
@@ -436,7 +436,21 @@ def qflow_revision() -> str:
         return "unknown"
 
 
+#: The record of the case being run, so each stage's checkpoint names its case (the repair's
+#: own lowering fills a record of its own).
+_CASE: dict[str, Any] = {}
+#: For the crash-accounting test: a stage name at which the worker process dies on entry.
+DIE_AT_ENV = "QFLOW_CAMPAIGN_DIE_AT"
+
+
 def _timed(rec: dict[str, Any], key: str, fn: Callable[[], Any]) -> Any:
+    """Run one stage: the checkpoint says which, so a worker that dies in it is recorded as
+    dying there (run.py), whatever the stage."""
+    if CHECKPOINT is not None and _CASE:
+        stage = key if rec is _CASE else f"repair-{key}"
+        CHECKPOINT.write_text(json.dumps({**{k: v for k, v in _CASE.items() if not k.startswith("_")}, "stage": stage}))
+        if os.environ.get(DIE_AT_ENV) == stage:
+            os._exit(134)  # as a backend abort would
     t = time.perf_counter()
     try:
         return fn()
@@ -477,6 +491,9 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
     index, variant = parse_id(cid)
     spec = spec if spec is not None else generate(index)
     rec: dict[str, Any] = {"id": cid, "variant": variant, "target": target_of(variant), "n_ops": len(spec["ops"])}
+    _CASE.clear()
+    _CASE.update(rec)
+    rec = _CASE  # (the record the stages' checkpoints write)
     rec["ops"] = sorted({op["kind"] for op in spec["ops"]})
     rec["qflow"] = {}
     rec["qflow_rev"] = qflow_revision()
@@ -490,7 +507,7 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
     try:
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-        from qflow.integrations.arm import export_module
+        from qflow.targets.arm.pipeline import export_module
 
         def _quantize() -> torch.fx.GraphModule:
             prepared = prepare_pt2e(export_module(model, samples[0]), make_quantizer(variant, rng, sink))
@@ -562,8 +579,6 @@ def _lower_and_run(
     if rec[prefix + "delegates"] == 0:
         rec[prefix + "outcome"] = "not-delegated"
         return edge, partitions
-    if CHECKPOINT is not None and not prefix:
-        CHECKPOINT.write_text(json.dumps({k: v for k, v in rec.items() if not k.startswith("_")}))
     try:
         got = _timed(rec, prefix + "run", lambda: [run_backend(variant, edge, x) for x in tests])
     except Exception as e:  # noqa: BLE001 - the backend refused to run it
