@@ -25,6 +25,7 @@ from typing import Any
 
 from qflow.ir.fx_nodes import target_name
 from qflow.report.model import Finding, Report
+from qflow.targets.arm import TARGET
 
 #: Finding kinds that predict what a later pass will do rather than say the
 #: stage at hand miscomputes.
@@ -92,13 +93,14 @@ def step_passes(partition_ep: Any, spec: str) -> Iterator[tuple[int, str, Any]]:
 
 
 #: How a program is read and proved: `qflow.analyze`, handed in by the caller (the readers
-#: sit a layer above the backends, so this module does not import them).
-Analyze = Callable[[Any], Report]
+#: sit a layer above the backends, so this module does not import them). Called with the
+#: partition and `target=` this backend's name.
+Analyze = Callable[..., Report]
 
 
 def _verdict(ep: Any, index: int, name: str, analyze: Analyze) -> tuple[Step, Report | None]:
     try:
-        r = analyze(ep)
+        r = analyze(ep, target=TARGET.name)  # (a TOSA partition: read by the Arm contract)
     except Exception as e:  # a TOSA-dialect stage qflow cannot read: no verdict, no blame
         return Step(index, name, frozenset(), 0, f"{type(e).__name__}: {e}"), None
     bad = frozenset(
