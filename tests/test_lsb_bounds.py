@@ -56,7 +56,7 @@ def _measured_lsb(gm: torch.fx.GraphModule, inputs: tuple[torch.Tensor, ...]) ->
     return worst
 
 
-@pytest.mark.parametrize("factor", [1.001, 1.05])
+@pytest.mark.parametrize("factor", [1.001, 1.004, 1.012, 1.05])
 def test_a_dropped_scale_is_weighed_in_output_lsb(stock, factor) -> None:
     gm, inputs = stock
     moved = _rescaled(gm, factor)
@@ -70,4 +70,4 @@ def test_a_dropped_scale_is_weighed_in_output_lsb(stock, factor) -> None:
     else:
         assert [f.severity for f in dropped] == ["error"] and dropped[0].bound_lsb is not None, str(report)
         assert "moves output codes by up to" in dropped[0].message
-        assert 1.0 < measured <= dropped[0].bound_lsb + 0.5  # the bound holds on the device, and is tight
+        assert 1.0 <= measured <= dropped[0].bound_lsb + 0.5  # the bound holds on the device, and is tight
