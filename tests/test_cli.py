@@ -411,17 +411,3 @@ def test_a_finding_without_a_producer_domain_says_so() -> None:
     )
     text = render_finding(f)
     assert "produced: no domain of its own" in text and "?" not in text
-
-
-def test_the_readme_quantize_example_runs_and_checks(capsys, tmp_path, monkeypatch) -> None:
-    """The README's export example, verbatim (with `.module(check_guards=False)`), then `qflow check`."""
-    import re
-
-    readme = (EXAMPLES.parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### Quantize, save, check") :]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None and ".module(check_guards=False)" in code.group(1)
-    monkeypatch.chdir(tmp_path)
-    exec(compile(code.group(1), "README.md", "exec"), {})
-    rc, out, _ = run(capsys, "check", "model.pt2")
-    assert rc == 0 and "model.pt2: PROVED (qdq graph" in out  # (stderr: the example's own torchao import)
