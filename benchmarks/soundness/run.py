@@ -92,15 +92,27 @@ def _checkpoint(out: Path, cid: str) -> Path:
 
 
 def _died(out: Path, cid: str, status: str) -> dict:
-    """The record of a case whose worker died: the backend's run failure when the
-    case got as far as running the lowered program (its checkpoint), else `status`."""
+    """The record of a case whose worker died, attributed to the stage it died in (its checkpoint's `stage`).
+
+    Dying in the backend run is the backend's run failure (the TOSA reference model aborts the process on some
+    invalid graphs): `run-failed`. Dying anywhere else — quantize, a qflow form, lowering, repair — is a crash of
+    that stage, recorded with everything the case had recorded before (`died_in`); `--check` fails on it."""
     path = _checkpoint(out, cid)
-    if status != "crash" or not path.exists():
-        path.unlink(missing_ok=True)
-        return {"id": cid, "outcome": status, "error": "worker exited"}
+    if not path.exists():
+        return {"id": cid, "outcome": status, "error": "worker exited", "died_in": "start"}
     rec = json.loads(path.read_text())
     path.unlink()
-    rec.update(outcome="run-failed", error="the backend aborted the worker process while running the lowered program")
+    where = rec.pop("stage", "unknown")
+    rec["id"] = cid
+    rec["died_in"] = where
+    if status == "crash" and where == "run":
+        rec.update(outcome="run-failed", error="the backend aborted the worker process running the lowered program")
+    elif where == "repair_run" and status == "crash":
+        rec.setdefault("repair", {}).update(outcome="run-failed", error="the backend aborted the worker process")
+        rec["died_in"] = None  # the backend's failure on the repaired program, not a crash of a stage
+    else:  # the backend's truth (when it ran) stays the outcome; the crash is `died_in`
+        rec["error"] = f"worker {'exited' if status == 'crash' else 'overran'} in stage {where}"
+        rec.setdefault("outcome", status)
     return rec
 
 

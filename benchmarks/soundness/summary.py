@@ -30,21 +30,82 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 TRUTHS = ["miscompile", "marginal", "exact", "lowering-failed", "run-failed", "not-delegated", "quantize-failed"]
-TRUTHS += ["timeout", "crash"]
+TRUTHS += ["timeout", "crash", "invalid-record"]
 VERDICTS = ["error", "warning", "unproven", "proved", "crash", "none"]
 ORDER = ["crash", "error", "warning", "unproven", "proved"]
 
 
+#: The widest exact band of any output, in that output's LSB. From first principles, not from the program:
+#: a correct integer lowering may land one code off at the output's own requant (a tie broken the other way,
+#: the 16-bit rescale multiplier), and one more code from everything upstream together (an upstream code off
+#: by one, carried through copies and 1-Lipschitz ops onto a grid no coarser than it). A band the upstream
+#: grids would make wider (one coarse code = many fine output codes) is judged at the cap: such a program
+#: loses precision the user asked for, which is for qflow to flag, not for the truth rule to absorb.
+CAP_LSB = 2.0
+#: Repair's own rounding: one output LSB per requant it inserts (a count, never a grid of the repaired program).
+REPAIR_STEP_LSB = 1.0
+EPS = 1e-3  # whole codes up to float noise in the scales (1.0013 LSB is one code)
+
+
 def load(paths: list[Path]) -> list[dict[str, Any]]:
+    """Every record the runner writes; one without an `id` is kept as `invalid-record` (`--check` fails on it)."""
     recs: dict[str, dict[str, Any]] = {}
     for p in paths:
-        for line in p.read_text().splitlines():
+        for no, line in enumerate(p.read_text().splitlines(), 1):
             if line.strip():
                 r = json.loads(line)
                 if "CaseTimeout" in (r.get("error") or ""):  # a stage wrapped the case's time limit
                     r["outcome"] = "timeout"
+                if not isinstance(r.get("id"), str):
+                    r = {"id": f"?{p.name}:{no}", "variant": "?", "outcome": "invalid-record"}
+                    r["error"] = "record without id"
                 recs[r["id"]] = r  # the last run of an id wins
     return sorted(recs.values(), key=lambda r: r["id"])
+
+
+def _out_errors(err: dict[str, Any], grids: list[dict[str, Any]]) -> list[tuple[int, float]]:
+    """(output index, error in that output's LSB): every output in new records, the recorded worst in old ones."""
+    if "outputs" in err:
+        return [(i, o["lsb"]) for i, o in enumerate(err["outputs"]) if o.get("lsb") is not None]
+    if err.get("lsb") is None:
+        return []
+    i = next((k for k, g in enumerate(grids) if g.get("out_scale") == err.get("out_scale")), 0)
+    return [(i, err["lsb"])]
+
+
+def band(grid: dict[str, Any]) -> tuple[float, float, bool]:
+    """(band in output LSB after the cap, the part of the uncapped band that came from upstream grids, capped?)."""
+    out = grid.get("out_scale") or grid.get("coarsest") or 1e-3
+    uncapped = max(1.0 + (grid.get("coarsest") or out) / out, (grid.get("budget") or 0.0) / out)
+    return min(uncapped, CAP_LSB), uncapped - 1.0, uncapped > CAP_LSB
+
+
+def judge(r: dict[str, Any], err: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The truth under the capped band, from the run's errors and the *original* program's grids only."""
+    err = r.get("err") if err is None else err
+    if not err:
+        return {"truth": None}
+    if "why" in err and err.get("lsb") is None:
+        return {"truth": "miscompile", "why": err["why"]}
+    grids = r.get("grids") or []
+    worst: dict[str, Any] = {"truth": "exact", "lsb": 0.0, "band": CAP_LSB, "upstream": 0.0, "capped": False}
+    for i, lsb in _out_errors(err, grids):
+        b, up, capped = band(grids[i] if i < len(grids) else {})
+        over = lsb > b + EPS
+        if over or (worst["truth"] == "exact" and lsb - b >= worst["lsb"] - worst["band"]):
+            worst = {"truth": "miscompile" if over else "exact", "output": i, "lsb": lsb, "band": b}
+            worst.update(upstream=up, capped=capped)
+            if over:
+                break
+    return worst
+
+
+def truth(r: dict[str, Any]) -> str:
+    """`miscompile` / `exact` under the capped band for a case that ran; the pipeline's outcome otherwise."""
+    o = r.get("outcome", "crash")
+    if o in ("exact", "marginal", "miscompile"):
+        return judge(r).get("truth") or o
+    return o
 
 
 def _derive(q: dict[str, Any]) -> str:
@@ -79,16 +140,55 @@ def findings(r: dict[str, Any], form: str = "pre") -> str:
     return s or "—"
 
 
-def is_miss(r: dict[str, Any]) -> bool:
-    return r.get("outcome") == "miscompile" and verdict(r) != "error"
+def is_miss(r: dict[str, Any], form: str = "pre") -> bool:
+    """An error beyond the capped band that qflow did not flag (a formerly `marginal` one included)."""
+    return truth(r) == "miscompile" and verdict(r, form) != "error"
 
 
-def is_false_alarm(r: dict[str, Any]) -> bool:
-    return r.get("outcome") == "exact" and verdict(r) == "error"
+def is_false_alarm(r: dict[str, Any], form: str = "pre") -> bool:
+    return truth(r) == "exact" and verdict(r, form) == "error"
+
+
+def crash_stage(r: dict[str, Any]) -> str | None:
+    """The stage a case crashed in: a worker death (the runner's `died_in`), a qflow / repair crash, a case crash."""
+    if r.get("died_in") and r.get("outcome") != "run-failed":
+        return str(r["died_in"])
+    if r.get("outcome") in ("crash", "timeout", "invalid-record"):
+        return r["outcome"]
+    for form, q in r.get("qflow", {}).items():
+        if isinstance(q, dict) and q.get("verdict") == "crash":
+            return f"qflow_{form}"
+    if (r.get("repair") or {}).get("status") == "crash":
+        return "repair"
+    return None
+
+
+def repair_problem(r: dict[str, Any]) -> str | None:
+    """Why the repair made the program worse against the model the user quantized, or None.
+
+    Never worse: the repaired program lowered and run is no further from the *original* fake-quantized model
+    than the unrepaired program was, and within the capped band plus one output LSB per inserted requant."""
+    rr = r.get("repair") or {}
+    if rr.get("status") != "repaired" or rr.get("outcome") not in ("exact", "marginal", "miscompile"):
+        return None
+    vs = rr.get("err_vs_original_fq")
+    if not vs:
+        return "repaired program ran but its error against the original model was not recorded"
+    j = judge(r, vs)
+    allow = j.get("band", CAP_LSB) + REPAIR_STEP_LSB * int(rr.get("inserted") or 0)
+    rep = j.get("lsb")
+    if rep is None:
+        return f"repaired program: {j.get('why')}"
+    before = (r.get("err") or {}).get("lsb") if r.get("outcome") in ("exact", "marginal", "miscompile") else None
+    if before is not None and rep > before + EPS:
+        return f"{rep:.1f} LSB from the original after repair, {before:.1f} before"
+    if rep > allow + EPS:
+        return f"{rep:.1f} LSB from the original after repair > {allow:g} (band + inserted requants)"
+    return None
 
 
 def confusion(recs: list[dict[str, Any]], form: str) -> list[str]:
-    cells: Counter[tuple[str, str]] = Counter((r.get("outcome", "crash"), verdict(r, form)) for r in recs)
+    cells: Counter[tuple[str, str]] = Counter((truth(r), verdict(r, form)) for r in recs)
     cols = [v for v in VERDICTS if any(cells[(t, v)] for t in TRUTHS)]
     rows = [t for t in TRUTHS if any(cells[(t, v)] for v in VERDICTS)]
     out = ["| truth \\ qflow | " + " | ".join(cols) + " | total |", "|---" * (len(cols) + 2) + "|"]
@@ -130,7 +230,7 @@ def _versions(recs: list[dict[str, Any]]) -> str:
 
 def render(recs: list[dict[str, Any]]) -> str:  # noqa: C901
     today = datetime.date.today().isoformat()
-    variants = Counter(r.get("variant", r["id"].split("-", 1)[1]) for r in recs)
+    variants = Counter(r.get("variant") or r["id"].split("-", 1)[-1] for r in recs)
     lines = [
         f"{len(recs)} cases, {today}; {_versions(recs)}.",
         "Variants: " + ", ".join(f"{v} {n}" for v, n in sorted(variants.items())) + ".",
@@ -266,33 +366,29 @@ def render(recs: list[dict[str, Any]]) -> str:  # noqa: C901
 
 
 def failures(recs: list[dict[str, Any]], max_false_alarm_pct: float) -> list[str]:
-    """What breaks the campaign's promise (issue #14's acceptance), one line each."""
-    out = [f"soundness miss: {r['id']} ({verdict(r)}, {_err(r)})" for r in recs if is_miss(r)]
-    out += [
-        f"qflow crash: {r['id']} {form}: {q.get('error')}"
-        for r in recs
-        for form, q in r.get("qflow", {}).items()
-        if isinstance(q, dict) and q.get("verdict") == "crash"
-    ]
-    out += [
-        f"case {r['outcome']}: {r['id']}: {r.get('error')}" for r in recs if r.get("outcome") in ("crash", "timeout")
-    ]
+    """What breaks the campaign's promise (issue #31's rules), one line each."""
+    out = []
     for r in recs:
-        rr = r.get("repair") or {}
-        if rr.get("status") == "crash":
-            out.append(f"repair crash: {r['id']}: {rr.get('error')}")
-        err = rr.get("err_vs_repaired_fq") or {}
-        lsb, ratio = err.get("lsb"), err.get("ratio")
-        # errors are whole codes up to float noise in the scales (1.0013 LSB is one code); more only
-        # inside the truth rule's exact band on the repaired program's own grids (`ratio` <= 1: one
-        # code of a coarse grid upstream is several output LSBs, as the issue's truth rule allows)
-        within = lsb is not None and (lsb <= 1.01 or (ratio is not None and ratio <= 1.0 + 1e-6))
-        if r.get("outcome") == "miscompile" and rr.get("status") == "repaired" and not within:
-            out.append(f"repaired miscompile not within 1 LSB nor the exact band: {r['id']} ({lsb} LSB)")
-    exact = [r for r in recs if r.get("outcome") == "exact"]
-    alarms = [r["id"] for r in exact if is_false_alarm(r)]
-    if exact and 100 * len(alarms) / len(exact) > max_false_alarm_pct:
-        out.append(f"false alarms {len(alarms)} of {len(exact)} exact cases > {max_false_alarm_pct:g} %: {alarms}")
+        for form in ("pre", "annotated"):
+            if form in r.get("qflow", {}) and is_miss(r, form):
+                j = judge(r)
+                out.append(
+                    f"soundness miss ({form}): {r['id']} ({verdict(r, form)}, {j.get('lsb', 0):.1f} LSB > band "
+                    f"{j.get('band', CAP_LSB):g}{', was ' + r['outcome'] if r.get('outcome') != 'miscompile' else ''})"
+                )
+        stage = crash_stage(r)
+        if stage:
+            out.append(f"crash in {stage}: {r['id']}: {r.get('error') or (r.get('repair') or {}).get('error')}")
+        why = repair_problem(r)
+        if why:
+            out.append(f"repair not never-worse: {r['id']}: {why}")
+    for form in ("pre", "annotated"):
+        exact = [r for r in recs if truth(r) == "exact" and form in r.get("qflow", {})]
+        alarms = [r["id"] for r in exact if is_false_alarm(r, form)]
+        if exact and 100 * len(alarms) / len(exact) > max_false_alarm_pct:
+            out.append(
+                f"false alarms ({form}) {len(alarms)} of {len(exact)} exact cases > {max_false_alarm_pct:g} %: {alarms}"
+            )
     return out
 
 
