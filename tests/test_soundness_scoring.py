@@ -124,3 +124,13 @@ def test_stage_hook_ends_the_worker_and_leaves_its_checkpoint(tmp_path: Path) ->
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 70 and "survived" not in p.stdout
     assert json.loads(cp.read_text())["stage"] == "qflow_lowered"
+
+
+def test_regen_refuses_a_dirty_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(summary, "scored_at", lambda: "abc1234-dirty")
+    assert summary.main(["--regen", "-o", str(tmp_path / "s.md")]) == 2 and not (tmp_path / "s.md").exists()
+    monkeypatch.setattr(summary, "scored_at", lambda: "abc1234")
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(rec("00001-arm-pt")) + "\n")
+    assert summary.main([str(path), "--regen", "-o", str(tmp_path / "s.md")]) == 0
+    assert "at commit `abc1234`" in (tmp_path / "s.md").read_text()

@@ -228,10 +228,28 @@ def _versions(recs: list[dict[str, Any]]) -> str:
     return ", ".join(vs)
 
 
-def render(recs: list[dict[str, Any]]) -> str:  # noqa: C901
-    today = datetime.date.today().isoformat()
+_BUCKETS = ["0", "(0, 1]", "(1, 4]", "(4, 16]", "(16, 255]", "> 255"]
+
+
+def _bucket(x: float) -> str:
+    for edge, name in ((0.0, "0"), (1.0, "(0, 1]"), (4.0, "(1, 4]"), (16.0, "(4, 16]"), (255.0, "(16, 255]")):
+        if x <= edge + EPS:
+            return name
+    return "> 255"
+
+
+def scored_at() -> str:
+    """The commit this checkout scores at, `-dirty` when any tracked file differs from it."""
+    git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True, cwd=HERE).stdout.strip()  # noqa: E731
+    rev = git("rev-parse", "--short", "HEAD")
+    return rev + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # noqa: C901
+    today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     variants = Counter(r.get("variant") or r["id"].split("-", 1)[-1] for r in recs)
-    lines = [
+    lines = [f"Scored by `{command}` at commit `{scored_at()}`.", ""] if command else []
+    lines += [
         f"{len(recs)} cases, {today}; {_versions(recs)}.",
         "Variants: " + ", ".join(f"{v} {n}" for v, n in sorted(variants.items())) + ".",
         "",
@@ -240,19 +258,30 @@ def render(recs: list[dict[str, Any]]) -> str:  # noqa: C901
         *confusion(recs, "pre"),
         "",
     ]
-    miss = [r for r in recs if is_miss(r)]
-    fa = [r for r in recs if is_false_alarm(r)]
     ran = [r for r in recs if r.get("outcome") in ("exact", "marginal", "miscompile")]
-    exact = [r for r in recs if r.get("outcome") == "exact"]
     lines += [
-        f"Soundness misses (miscompile, no error verdict): **{len(miss)}** "
-        f"({sum(verdict(r) == 'proved' for r in miss)} said *proved*) of "
-        f"{sum(r.get('outcome') == 'miscompile' for r in recs)} miscompiles; "
-        f"false alarms (exact, error verdict): **{len(fa)}** of {len(exact)} exact cases"
-        + (f" ({100 * len(fa) / len(exact):.1f} %)" if exact else "")
-        + f"; {len(ran)} cases ran on the backend.",
+        f"Truth: an output is exact when its error is within its band, at most {CAP_LSB:g} output LSB "
+        "(README: the rules); otherwise a miscompile, the former `marginal` ones included. "
+        f"{len(ran)} cases ran on the backend; {sum(judge(r).get('capped', False) for r in ran)} of them have their "
+        "judged output's band capped (the upstream grids alone would have allowed more).",
         "",
+        "| form | miscompiles | misses | of which *proved* | of which formerly marginal | exact | false alarms |",
+        "|---|---|---|---|---|---|---|",
     ]
+    for form in ("pre", "annotated", "folded", "lowered"):
+        sub = [r for r in recs if form in r.get("qflow", {})]
+        if not sub:
+            continue
+        mis = [r for r in sub if truth(r) == "miscompile"]
+        miss = [r for r in sub if is_miss(r, form)]
+        exact = [r for r in sub if truth(r) == "exact"]
+        fa = [r for r in sub if is_false_alarm(r, form)]
+        pct = f" ({100 * len(fa) / len(exact):.1f} %)" if exact else ""
+        lines.append(
+            f"| {form} | {len(mis)} | **{len(miss)}** | {sum(verdict(r, form) == 'proved' for r in miss)} | "
+            f"{sum(r.get('outcome') == 'marginal' for r in miss)} | {len(exact)} | **{len(fa)}**{pct} |"
+        )
+    lines.append("")
     for form, title in (
         ("annotated", "annotated graph"),
         ("folded", "folded partitions (Arm)"),
@@ -261,21 +290,42 @@ def render(recs: list[dict[str, Any]]) -> str:  # noqa: C901
         sub = [r for r in recs if form in r.get("qflow", {})]
         if sub:
             lines += [f"Truth × qflow on the {title} ({len(sub)} cases):", "", *confusion(sub, form), ""]
-    if miss:
-        lines += ["### Soundness misses", "", "| id | verdict | error | findings | ops |", "|---|---|---|---|---|"]
-        lines += [
-            f"| `{r['id']}` | {verdict(r)} | {_err(r)} | {findings(r)} | {' '.join(r.get('ops', []))} |" for r in miss
-        ]
-        lines.append("")
-    if fa:
-        lines += ["### False alarms", "", "| id | error | findings | ops |", "|---|---|---|---|"]
-        lines += [f"| `{r['id']}` | {_err(r)} | {findings(r)} | {' '.join(r.get('ops', []))} |" for r in fa]
-        lines.append("")
-    marg = [r for r in recs if r.get("outcome") == "marginal"]
-    if marg:
-        lines += ["### Marginal (between 1 and 4 coarse steps: neither counted as exact nor as miscompile)", ""]
-        lines += [f"- `{r['id']}`: {_err(r)}, verdict {verdict(r)} {findings(r)}" for r in marg]
-        lines.append("")
+    for form in ("pre", "annotated"):
+        miss = [r for r in recs if form in r.get("qflow", {}) and is_miss(r, form)]
+        if miss:
+            lines += [
+                f"### Soundness misses ({form})",
+                "",
+                "| id | verdict | error (LSB) | band (LSB) | upstream part of the band (LSB, uncapped) | recorded as "
+                "| findings | ops |",
+                "|---|---|---|---|---|---|---|---|",
+            ]
+            for r in miss:
+                j = judge(r)
+                lines.append(
+                    f"| `{r['id']}` | {verdict(r, form)} | {j.get('lsb', float('nan')):.1f} | {j.get('band', 0):g} | "
+                    f"{j.get('upstream', 0):.1f}{' (capped)' if j.get('capped') else ''} | {r.get('outcome')} | "
+                    f"{findings(r, form)} | {' '.join(r.get('ops', []))} |"
+                )
+            lines.append("")
+        fa = [r for r in recs if form in r.get("qflow", {}) and is_false_alarm(r, form)]
+        if fa:
+            lines += [f"### False alarms ({form})", "", "| id | error | findings | ops |", "|---|---|---|---|"]
+            lines += [f"| `{r['id']}` | {_err(r)} | {findings(r, form)} | {' '.join(r.get('ops', []))} |" for r in fa]
+            lines.append("")
+    hist = Counter(_bucket(judge(r).get("upstream", 0.0)) for r in ran)
+    lines += [
+        "### How much of the band came from upstream grids",
+        "",
+        "Per case that ran, its judged output (the worst against its band): the uncapped band's part above 1 LSB, "
+        "from the coarsest grid upstream or the rounding budget; "
+        f"everything above {CAP_LSB - 1:g} LSB is cut by the cap.",
+        "",
+        "| upstream part (LSB) | cases |",
+        "|---|---|",
+        *[f"| {k} | {hist[k]} |" for k in _BUCKETS if hist[k]],
+        "",
+    ]
     fails = [r for r in recs if r.get("outcome") in ("lowering-failed", "run-failed")]
     if fails:
         by: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -305,24 +355,33 @@ def render(recs: list[dict[str, Any]]) -> str:  # noqa: C901
         lines += ["| repair | lowered repaired program | cases |", "|---|---|---|"]
         lines += [f"| {s} | {o} | {n} |" for (s, o), n in sorted(st.items())]
         lines.append("")
-        rows = []
+        rows, ok = [], 0
         for r in rep:
             rr = r["repair"]
-            if rr.get("status") != "repaired":
+            if rr.get("status") != "repaired" or rr.get("outcome") not in ("exact", "marginal", "miscompile"):
                 continue
+            if not repair_problem(r):
+                ok += 1
+                continue
+            e0 = (r.get("err") or {}).get("lsb")
             e1 = (rr.get("err_vs_repaired_fq") or {}).get("lsb")
             e2 = (rr.get("err_vs_original_fq") or {}).get("lsb")
+            why = repair_problem(r)
+            cells = [f"{e:.1f}" if e is not None else "—" for e in (e0, e1, e2)]
             rows.append(
-                f"| `{r['id']}` | {r.get('outcome')} ({_err(r)}) | {rr.get('outcome')} | "
-                + (f"{e1:.1f}" if e1 is not None else "—")
-                + " | "
-                + (f"{e2:.1f}" if e2 is not None else "—")
-                + " |"
+                f"| `{r['id']}` | {r.get('outcome')} | {rr.get('outcome')} | " + " | ".join(cells) + " | "
+                f"{rr.get('inserted', '?')} | {'**no**: ' + why if why else 'yes'} |"
             )
         if rows:
             lines += [
-                "| id | before repair | after repair | LSB vs repaired fake-quant | LSB vs original fake-quant |",
-                "|---|---|---|---|---|",
+                "Repair against the model the user quantized: *never worse* = the repaired program, lowered and run, "
+                "is no further from the original fake-quantized model than the unrepaired program, and within the "
+                f"band plus {REPAIR_STEP_LSB:g} LSB per inserted requant. Never worse: **{ok}** of {ok + len(rows)} "
+                "repaired programs that ran; the others:",
+                "",
+                "| id | before repair | after repair | LSB before (vs original) | LSB vs repaired fake-quant "
+                "| LSB vs original fake-quant | requants inserted | never worse |",
+                "|---|---|---|---|---|---|---|---|",
                 *rows,
                 "",
             ]
@@ -332,17 +391,16 @@ def render(recs: list[dict[str, Any]]) -> str:  # noqa: C901
                 f"- `{r['id']}` ({r.get('outcome')}): {r['repair']['status']}: {r['repair'].get('error')}" for r in bad
             ]
             lines.append("")
-    crashes = [
-        (r["id"], form, q.get("error"))
-        for r in recs
-        for form, q in r.get("qflow", {}).items()
-        if isinstance(q, dict) and q.get("verdict") == "crash"
-    ]
-    crashes += [(r["id"], "case", r.get("error")) for r in recs if r.get("outcome") in ("crash", "timeout")]
-    if crashes:
-        lines += ["### qflow crashes and case crashes", ""]
-        lines += [f"- `{cid}` {form}: {err}" for cid, form, err in crashes]
-        lines.append("")
+    stages = Counter(crash_stage(r) for r in recs if crash_stage(r))
+    lines += ["### Crashes per stage", ""]
+    if stages:
+        lines += ["| stage | cases |", "|---|---|", *[f"| {k} | {n} |" for k, n in sorted(stages.items())], ""]
+        lines += [f"- `{r['id']}` {crash_stage(r)}: {r.get('error')}" for r in recs if crash_stage(r)]
+    else:
+        lines.append(
+            "None: no qflow form, lowering, run or repair crashed, and no worker died outside the backend run."
+        )
+    lines.append("")
     times: dict[str, list[float]] = defaultdict(list)
     for r in recs:
         for k, v in (r.get("time") or {}).items():
@@ -398,9 +456,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", "-o", type=Path)
     ap.add_argument("--check", action="store_true", help="exit 1 on a miss, a crash or too many false alarms")
     ap.add_argument("--max-false-alarms", type=float, default=1.0, help="percent of exact cases (with --check)")
+    ap.add_argument(
+        "--regen",
+        action="store_true",
+        help="regenerate benchmarks/soundness/summary.md from results.jsonl at a clean tree, naming the commit",
+    )
+    ap.add_argument("--allow-dirty", action="store_true", help="with --regen: score a dirty tree (marked -dirty)")
     a = ap.parse_args(argv)
+    command = None
+    if a.regen:
+        if scored_at().endswith("-dirty") and not a.allow_dirty:
+            print(
+                "refusing: the tree has uncommitted changes (commit them, or --allow-dirty to mark it)", file=sys.stderr
+            )
+            return 2
+        a.output = a.output or HERE / "summary.md"
+        command = "python benchmarks/soundness/summary.py --regen"
     recs = load(a.results)
-    text = render(recs)
+    text = render(recs, command)
     if a.output:
         a.output.write_text(text)
     else:
