@@ -134,3 +134,31 @@ def test_regen_refuses_a_dirty_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     path.write_text(json.dumps(rec("00001-arm-pt")) + "\n")
     assert summary.main([str(path), "--regen", "-o", str(tmp_path / "s.md")]) == 0
     assert "at commit `abc1234`" in (tmp_path / "s.md").read_text()
+
+
+REAL_STAGES = [("00001-arm-pt", st) for st in ("quantize", "qflow_annotated", "qflow_pre", "lower", "run")]
+REAL_STAGES += [("00001-arm-pt", st) for st in ("qflow_folded", "qflow_lowered")]
+REAL_STAGES += [("00145-arm-pt", st) for st in ("repair", "repair_lower", "repair_run")]  # not proved: repaired
+
+
+@pytest.mark.parametrize(("cid", "stage"), REAL_STAGES)
+def test_real_worker_killed_in_each_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cid: str, stage: str
+) -> None:
+    """End to end: the runner's worker dies as `stage` starts (QFLOW_CAMPAIGN_DIE_AT). A backend abort (`run`,
+    `repair_run`) is the backend's run failure; any other death is a crash of that stage, with everything recorded
+    before it kept (the old runner recorded a death after the backend run as `run-failed`, ignored by `--check`)."""
+    monkeypatch.setenv("QFLOW_CAMPAIGN_DIE_AT", stage)
+    out = tmp_path / "results.jsonl"
+    run.campaign([cid], out, batch=1, time_limit=240, log=None)
+    (r,) = summary.load([out])
+    assert not list(tmp_path.glob(".*.partial"))
+    fails = summary.failures([r], 100.0)
+    if stage == "run":
+        assert r["outcome"] == "run-failed" and r["died_in"] == "run" and fails == []
+    elif stage == "repair_run":
+        assert r["repair"]["outcome"] == "run-failed" and r["outcome"] == "miscompile" and fails == []
+    else:
+        assert r["died_in"] == stage and fails == [f"crash in {stage}: {cid}: worker exited in stage {stage}"]
+    if stage in ("qflow_folded", "qflow_lowered", "repair", "repair_lower"):  # after the backend run
+        assert r["outcome"] in ("exact", "miscompile") and r["err"]["outputs"] and "pre" in r["qflow"]
