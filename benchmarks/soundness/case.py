@@ -631,7 +631,7 @@ def _repair(
         return
     rep["status"] = "repaired"
     # repair's own rounding: one step per requant it inserts (counted, its grids never read)
-    count = lambda gm: sum(_is(n, "quantize_per_t") for n in gm.graph.nodes)  # noqa: E731
+    count = lambda gm: sum(_is(n, "quantize_per_t") and not _is(n, "dequantize") for n in gm.graph.nodes)  # noqa: E731
     rep["inserted"] = max(0, count(fixed.graph_module) - count(exported.graph_module))
     sub: dict[str, Any] = {}
     with torch.no_grad():

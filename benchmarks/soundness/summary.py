@@ -372,13 +372,16 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
                 f"| `{r['id']}` | {r.get('outcome')} | {rr.get('outcome')} | " + " | ".join(cells) + " | "
                 f"{rr.get('inserted', '?')} | {'**no**: ' + why if why else 'yes'} |"
             )
+        if rows or ok:
+            lines += [
+                "Repair against the model the user quantized: *never worse* = the repaired program, lowered and "
+                "run, is no further from the original fake-quantized model than the unrepaired program, and within "
+                f"the band plus {REPAIR_STEP_LSB:g} LSB per inserted requant. Never worse: **{ok}** of "
+                f"{ok + len(rows)} repaired programs that ran" + ("; the others:" if rows else "."),
+                "",
+            ]
         if rows:
             lines += [
-                "Repair against the model the user quantized: *never worse* = the repaired program, lowered and run, "
-                "is no further from the original fake-quantized model than the unrepaired program, and within the "
-                f"band plus {REPAIR_STEP_LSB:g} LSB per inserted requant. Never worse: **{ok}** of {ok + len(rows)} "
-                "repaired programs that ran; the others:",
-                "",
                 "| id | before repair | after repair | LSB before (vs original) | LSB vs repaired fake-quant "
                 "| LSB vs original fake-quant | requants inserted | never worse |",
                 "|---|---|---|---|---|---|---|---|",
