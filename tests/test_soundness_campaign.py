@@ -72,12 +72,6 @@ CASES: dict[str, tuple[str, str]] = {
     # to_edge removes before the fold, so the requant after it is realised
     "00105-arm-custom": ("exact", "whole-dim slice_copy requantized into int16, then back into int8"),
     "00945-arm-custom": ("exact", "two whole-dim slice_copies, each requantized into another int8 domain"),
-    # the truth rule's rounding budget (benchmarks/soundness/README.md)
-    "00974-arm-a16w8": (
-        "exact",
-        "reduced former miss: a16w8 conv -> sum -> mul(conv, sum); one int16 conv LSB, which TOSA's 16-bit "
-        "multiplier may move, times the sum is 8 output LSB: inside the rounding budget",
-    ),
     # a branch that reaches the outputs only through an activation constant over its dtype (masked-by-constant)
     "00559-arm-pt": (
         "exact",
@@ -86,7 +80,13 @@ CASES: dict[str, tuple[str, str]] = {
     ),
 }
 # Cases where qflow is wrong today (the campaign's open findings).
-KNOWN_WRONG: dict[str, str] = {}
+KNOWN_WRONG: dict[str, str] = {
+    # issue #31: the band is capped at 2 output LSB, so the rounding budget no longer absorbs this
+    "00974-arm-a16w8": "reduced: a16w8 conv -> sum -> mul(conv, sum) is 8 output LSB off (one int16 conv LSB, "
+    "which TOSA's 16-bit multiplier may move, times the sum) and qflow raises no error (proved at 1f79452; its int16 "
+    "sum is now an unvalidated lowering, unproven): a miss under the capped band until qflow flags the amplified "
+    "rounding (or the cap is argued wider for it)",
+}
 
 
 @pytest.fixture(scope="session")
@@ -119,7 +119,9 @@ def test_verdict_matches_backend(campaign: Any, cid: str) -> None:
     rec = campaign(cid)
     crashed = {form: q.get("error") for form, q in rec["qflow"].items() if q.get("verdict") == "crash"}
     assert not crashed, f"{cid}: qflow crashed: {crashed}"
-    outcome, verdict = rec["outcome"], rec["verdict"]
+    import summary  # the campaign's scoring (issue #31): the capped band, repair against the original
+
+    outcome, verdict = summary.truth(rec), rec["verdict"]
     findings = rec["qflow"]["pre"]["findings"]
     if cid in CASES:  # pinned: the case still exercises what it is here for
         assert outcome == CASES[cid][0], f"{cid}: the backend now gives {outcome} ({rec.get('err')}); re-pick the case"
@@ -133,6 +135,7 @@ def test_verdict_matches_backend(campaign: Any, cid: str) -> None:
         repair = rec.get("repair") or {}
         assert repair.get("status") == "repaired", f"{cid}: {repair}"
         assert repair.get("outcome") == "exact", f"{cid}: repaired program: {repair}"
+        assert summary.repair_problem(rec) is None, f"{cid}: repair worse against the original: {repair}"
 
 
 def test_reducer_keeps_specs_valid() -> None:

@@ -46,6 +46,19 @@ Inputs = tuple[torch.Tensor, ...]
 #: lowered program. The TOSA reference model aborts the whole process on some invalid graphs
 #: (ERROR_IF); the runner then records the case from this file as the backend's run failure.
 CHECKPOINT: Any = None
+#: The record being built: every stage checkpoints it, so a worker death is attributed to its stage.
+_CURRENT: dict[str, Any] = {}
+#: Test hook: the stage named in this variable ends the worker process (os._exit) as it starts.
+DIE_AT = "QFLOW_CAMPAIGN_DIE_AT"
+
+
+def stage(name: str) -> None:
+    """Checkpoint the case's record as entering `name` (the runner attributes a worker death to it)."""
+    if CHECKPOINT is not None and _CURRENT:
+        rec = {k: v for k, v in _CURRENT.items() if not k.startswith("_")}
+        CHECKPOINT.write_text(json.dumps({**rec, "stage": name}))
+    if os.environ.get(DIE_AT) == name:
+        os._exit(70)
 
 
 def spanning_input(samples: list[Inputs], seed: int) -> Inputs:
@@ -359,10 +372,11 @@ def compare(
 ) -> dict[str, Any]:
     """Worst output error over the test inputs, in output LSBs and coarse steps."""
     worst: dict[str, Any] = {"abs": 0.0, "lsb": 0.0, "steps": 0.0, "truth": "exact"}
+    per: list[dict[str, float]] = [{"abs": 0.0, "lsb": 0.0} for _ in grids]
     for g_outs, w_outs in zip(got, want, strict=True):
         if len(g_outs) != len(w_outs):
             return {"truth": "miscompile", "why": f"{len(g_outs)} outputs, expected {len(w_outs)}"}
-        for g, w, grid in zip(g_outs, w_outs, grids, strict=True):
+        for k, (g, w, grid) in enumerate(zip(g_outs, w_outs, grids, strict=True)):
             if tuple(g.shape) != tuple(w.shape):
                 return {"truth": "miscompile", "why": f"shape {tuple(g.shape)} vs {tuple(w.shape)}"}
             d = float((g.float() - w.float()).abs().max()) if g.numel() else 0.0
@@ -371,6 +385,8 @@ def compare(
             out_scale = grid["out_scale"] or grid["coarsest"] or 1e-3
             coarse = grid["coarsest"] or out_scale
             lsb, steps = d / out_scale, d / coarse
+            if lsb > per[k]["lsb"]:
+                per[k] = {"abs": d, "lsb": lsb}
             tol = max(out_scale + coarse, grid.get("budget") or 0.0)
             truth = "exact" if d <= tol * (1 + 1e-6) else ("marginal" if d <= MARGINAL_STEPS * coarse else "miscompile")
             if d / tol > worst.get("ratio", -1.0):
@@ -380,6 +396,7 @@ def compare(
             if rank[truth] > rank[worst.get("truth", "exact")]:
                 worst["truth"] = truth
             worst.setdefault("truth", "exact")
+    worst["outputs"] = per  # every output's own worst error: the summary judges each under its capped band
     return worst
 
 
@@ -436,21 +453,7 @@ def qflow_revision() -> str:
         return "unknown"
 
 
-#: The record of the case being run, so each stage's checkpoint names its case (the repair's
-#: own lowering fills a record of its own).
-_CASE: dict[str, Any] = {}
-#: For the crash-accounting test: a stage name at which the worker process dies on entry.
-DIE_AT_ENV = "QFLOW_CAMPAIGN_DIE_AT"
-
-
 def _timed(rec: dict[str, Any], key: str, fn: Callable[[], Any]) -> Any:
-    """Run one stage: the checkpoint says which, so a worker that dies in it is recorded as
-    dying there (run.py), whatever the stage."""
-    if CHECKPOINT is not None and _CASE:
-        stage = key if rec is _CASE else f"repair-{key}"
-        CHECKPOINT.write_text(json.dumps({**{k: v for k, v in _CASE.items() if not k.startswith("_")}, "stage": stage}))
-        if os.environ.get(DIE_AT_ENV) == stage:
-            os._exit(134)  # as a backend abort would
     t = time.perf_counter()
     try:
         return fn()
@@ -491,12 +494,12 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
     index, variant = parse_id(cid)
     spec = spec if spec is not None else generate(index)
     rec: dict[str, Any] = {"id": cid, "variant": variant, "target": target_of(variant), "n_ops": len(spec["ops"])}
-    _CASE.clear()
-    _CASE.update(rec)
-    rec = _CASE  # (the record the stages' checkpoints write)
     rec["ops"] = sorted({op["kind"] for op in spec["ops"]})
     rec["qflow"] = {}
     rec["qflow_rev"] = qflow_revision()
+    _CURRENT.clear()
+    _CURRENT.update(rec)
+    rec = _CURRENT  # the same dict: each stage's checkpoint holds everything recorded so far
     t0 = time.perf_counter()
     rng = random.Random(index * 7919 + 17)
     samples = sample_inputs(spec, N_CALIB, seed=index)
@@ -508,6 +511,8 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
         from qflow.targets.arm.pipeline import export_module
+
+        stage("quantize")
 
         def _quantize() -> torch.fx.GraphModule:
             prepared = prepare_pt2e(export_module(model, samples[0]), make_quantizer(variant, rng, sink))
@@ -521,7 +526,7 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
     except Exception as e:  # noqa: BLE001
         rec.update(outcome="quantize-failed", error=_err(e), overrides=sink.get("overrides"))
         rec["time"]["total"] = round(time.perf_counter() - t0, 3)
-        return rec
+        return dict(rec)
     rec["overrides"] = sink.get("overrides")
     with torch.no_grad():
         want = [_as_list(converted(*x)) for x in tests]
@@ -530,7 +535,9 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
     target = target_of(variant)
     # qflow before partitioning: annotated graph, then the converted Q/DQ program
     if "annotated" in sink:
+        stage("qflow_annotated")
         _qflow(rec, "annotated", lambda: analyze(sink["annotated"], target))
+    stage("qflow_pre")
     pre = _qflow(rec, "pre", lambda: analyze(copy.deepcopy(exported), target))
     rec["verdict"] = rec["qflow"]["pre"]["verdict"]
     # lower and run
@@ -538,6 +545,7 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
     if lowered is not None:
         edge, partitions = lowered
         if partitions:
+            stage("qflow_folded")
             reports = [_qflow(rec, f"folded{i}", lambda p=p: analyze(p, target)) for i, p in enumerate(partitions)]
             verdicts = [rec["qflow"][f"folded{i}"]["verdict"] for i in range(len(reports))]
             rec["qflow"]["folded"] = {"verdict": _worst(verdicts), "partitions": len(partitions)}
@@ -546,13 +554,16 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
             rec["time"]["qflow_folded"] = round(
                 sum(rec["time"].pop(f"qflow_folded{i}") for i in range(len(reports))), 3
             )
+        stage("qflow_lowered")
         _qflow(rec, "lowered", lambda: analyze(edge))
     # repair
     if repair and pre is not None and not pre.proved:
+        stage("repair")
         _repair(rec, variant, exported, tests, want, grids)
     rec.pop("_got", None)
     rec["time"]["total"] = round(time.perf_counter() - t0, 3)
-    return rec
+    stage("done")
+    return dict(rec)
 
 
 def _as_list(out: Any) -> list[torch.Tensor]:
@@ -569,6 +580,8 @@ def _lower_and_run(
     grids: list[dict[str, float | None]],
 ) -> tuple[Any, list[Any]] | None:
     """Lower `ep` and compare its outputs with `want`; sets `<prefix>outcome`."""
+    where = "repair_" if rec is not _CURRENT else ""
+    stage(where + "lower")
     try:
         edge, partitions = _timed(rec, prefix + "lower", lambda: lower(variant, copy.deepcopy(ep), tests[0]))
     except Exception as e:  # noqa: BLE001 - a lowering failure is an outcome
@@ -579,6 +592,7 @@ def _lower_and_run(
     if rec[prefix + "delegates"] == 0:
         rec[prefix + "outcome"] = "not-delegated"
         return edge, partitions
+    stage(where + "run")
     try:
         got = _timed(rec, prefix + "run", lambda: [run_backend(variant, edge, x) for x in tests])
     except Exception as e:  # noqa: BLE001 - the backend refused to run it
@@ -616,6 +630,9 @@ def _repair(
         rep["trace"] = traceback.format_exc()[-1500:]
         return
     rep["status"] = "repaired"
+    # repair's own rounding: one step per requant it inserts (counted, its grids never read)
+    count = lambda gm: sum(_is(n, "quantize_per_t") and not _is(n, "dequantize") for n in gm.graph.nodes)  # noqa: E731
+    rep["inserted"] = max(0, count(fixed.graph_module) - count(exported.graph_module))
     sub: dict[str, Any] = {}
     with torch.no_grad():
         fixed_want = [_as_list(fixed.module()(*x)) for x in tests]

@@ -18,7 +18,6 @@ results file are skipped, so an interrupted campaign resumes where it stopped.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import signal
@@ -93,25 +92,27 @@ def _checkpoint(out: Path, cid: str) -> Path:
 
 
 def _died(out: Path, cid: str, status: str) -> dict:
-    """The record of a case whose worker died, attributed to the stage it died in (its
-    checkpoint): a death while the backend ran the lowered program is the backend's
-    (`run-failed`); anywhere else — quantizing, qflow in any form, lowering, repair — it is
-    a crash of that stage. With no checkpoint: `status`."""
+    """The record of a case whose worker died, attributed to the stage it died in (its checkpoint's `stage`).
+
+    Dying in the backend run is the backend's run failure (the TOSA reference model aborts the process on some
+    invalid graphs): `run-failed`. Dying anywhere else — quantize, a qflow form, lowering, repair — is a crash of
+    that stage, recorded with everything the case had recorded before (`died_in`); `--check` fails on it."""
     path = _checkpoint(out, cid)
     if not path.exists():
-        return {"id": cid, "outcome": status, "error": "worker exited before its first stage", "stage": None}
+        return {"id": cid, "outcome": status, "error": "worker exited", "died_in": "start"}
     rec = json.loads(path.read_text())
     path.unlink()
-    stage = rec.get("stage")
+    where = rec.pop("stage", "unknown")
     rec["id"] = cid
-    if status == "timeout":
-        rec.update(outcome="timeout", error=f"the case ran out of time in stage {stage}")
-    elif stage == "run":
-        rec.update(
-            outcome="run-failed", error="the backend aborted the worker process while running the lowered program"
-        )
-    else:
-        rec.update(outcome="crash", error=f"the worker process died in stage {stage}")
+    rec["died_in"] = where
+    if status == "crash" and where == "run":
+        rec.update(outcome="run-failed", error="the backend aborted the worker process running the lowered program")
+    elif where == "repair_run" and status == "crash":
+        rec.setdefault("repair", {}).update(outcome="run-failed", error="the backend aborted the worker process")
+        rec["died_in"] = None  # the backend's failure on the repaired program, not a crash of a stage
+    else:  # the backend's truth (when it ran) stays the outcome; the crash is `died_in`
+        rec["error"] = f"worker {'exited' if status == 'crash' else 'overran'} in stage {where}"
+        rec.setdefault("outcome", status)
     return rec
 
 
@@ -168,22 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--time-limit", type=int, default=240, help="seconds per case")
     ap.add_argument("--log", type=Path, help="worker stderr goes here")
-    ap.add_argument(
-        "--rotation",
-        type=int,
-        default=0,
-        help="run only the ids whose index is today's ordinal mod N (a nightly job with N=7 re-runs every id weekly)",
-    )
-    ap.add_argument("--allow-dirty", action="store_true", help="run on uncommitted qflow or campaign code")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    if not (a.worker or a.case or a.spec or a.allow_dirty) and _dirty():
-        print(
-            "run.py: qflow/ or benchmarks/soundness/ has uncommitted changes: a campaign's claims must name the "
-            "commit they ran at (commit, or pass --allow-dirty for a run that is not reported)",
-            file=sys.stderr,
-        )
-        return 2
     if a.worker:
         worker(a.worker.split(","), a.out, a.time_limit)
         return 0
@@ -208,23 +195,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     variants = [v for v in a.variants.split(",") if v]
     ids = []
-    today = datetime.date.today().toordinal()
     for i in range(a.start, a.start + a.cases):
-        if a.rotation and i % a.rotation != today % a.rotation:
-            continue
         if variants:
             ids.append(f"{i:05d}-{variants[i % len(variants)]}")
         else:
             ids.append(_default_id(i))
     campaign(ids, a.out, a.batch, a.time_limit, a.log, a.jobs)
     return 0
-
-
-def _dirty() -> bool:
-    """Does the checkout differ from its commit where the campaign's results come from?"""
-    cmd = ["git", "status", "--porcelain", "--", "qflow", "benchmarks/soundness"]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    return done.returncode == 0 and bool(done.stdout.strip())
 
 
 def _default_id(i: int) -> str:
