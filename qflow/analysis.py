@@ -100,7 +100,7 @@ def _describe(dg: DomainGraph, r: Result) -> tuple[str, str]:
     return ob.finding_kind, f"{ob.node} {ob.arg} expects {exp}, but its producer {ob.value} produces {prod}."
 
 
-def _within_rounding(dg: DomainGraph, r: Result, bound: Bound) -> str:
+def _within_rounding(r: Result, bound: Bound) -> str:
     """The message of a domain change a code copy drops that moves no output code."""
     ob = r.obligation
     if ob.kind is ObligationKind.STRUCTURAL:  # (its detail weighs it already)
@@ -206,7 +206,7 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
         if r.status is proved and not r.obligation.inform and bound is None:
             continue
         if r.status is proved and bound is not None:  # a domain change a copy drops, within rounding
-            k, msg = r.obligation.finding_kind, _within_rounding(dg, r, bound)
+            k, msg = r.obligation.finding_kind, _within_rounding(r, bound)
         else:
             k, msg = _describe(dg, r)
             if bound is not None and r.obligation.kind is not ObligationKind.STRUCTURAL:

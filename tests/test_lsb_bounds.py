@@ -71,3 +71,34 @@ def test_a_dropped_scale_is_weighed_in_output_lsb(stock, factor) -> None:
         assert [f.severity for f in dropped] == ["error"] and dropped[0].bound_lsb is not None, str(report)
         assert "moves output codes by up to" in dropped[0].message
         assert 1.0 <= measured <= dropped[0].bound_lsb + 0.5  # the bound holds on the device, and is tight
+
+
+class Cat(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, y], 1) + 1.0
+
+
+@pytest.mark.parametrize("factor", [1.001, 1.05])
+def test_a_requant_after_cat_the_fold_drops_is_weighed_in_output_lsb(factor) -> None:
+    """The Q/DQ program's requant after `cat` (which Arm's fold turns into a code copy)."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(1, 4, 8), torch.randn(1, 4, 8))
+    gm = arm.quantize(Cat(), inputs)
+    moved = copy.deepcopy(gm)
+    cat = next(n for n in moved.graph.nodes if _is(n, "aten.cat"))
+    q = next(u for u in cat.users if _is(u, "quantize_per_tensor"))
+    for node in [q, *(u for u in q.users if _is(u, "dequantize_per_tensor"))]:
+        args = list(node.args)
+        args[1] = float(args[1]) * factor
+        node.args = tuple(args)
+    moved.recompile()
+    report = qflow.analyze(torch.export.export(moved, inputs), target="arm-tosa")
+    found = [f for f in report.findings if f.kind == "requant-after-passthrough"]
+    lowered = arm.lower(torch.export.export(moved, inputs), inputs)
+    scale = float(next(n for n in reversed(list(moved.graph.nodes)) if _is(n, "dequantize_per_tensor")).args[1])
+    measured = float((arm.run_tosa_reference(lowered, inputs)[0] - moved(*inputs)).abs().max()) / scale
+    assert len(found) == 1 and found[0].bound_lsb is not None, str(report)
+    if factor == 1.001:  # 0.16 LSB: no code moves, on the device either
+        assert report.proved and found[0].severity == "info" and measured <= 1.0
+    else:
+        assert found[0].severity == "error" and 1.0 <= measured <= found[0].bound_lsb + 0.5

@@ -566,8 +566,9 @@ def _weigh(r: Result) -> Result:
     it holds when no reachable code moves by more than the requant's own rounding."""
     if r.produced is None or r.expected is None or r.produced.domain is None or r.expected.domain is None:
         return r
-    if r.produced.real or r.expected.real:  # (a real tensor on a grid is not a copy of codes)
-        return r
+    if r.obligation.kind is ObligationKind.CLAIM and (r.produced.real or r.expected.real):
+        return r  # (a claim about a real tensor on a grid is no copy of codes; a dropped requant's codes
+        #           are copied whatever the Q/DQ program shows them as)
     bound = bounds.dropped_requant(r.produced.domain, r.expected.domain, bounds.COPY)
     if bound is None:
         return r
