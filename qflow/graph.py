@@ -213,6 +213,19 @@ class DomainGraph:
                 )
             )
 
+    def oblige_measured_lowering(self, node: str, op: str, reason: str, targets: tuple[str, ...]) -> None:
+        """`node`'s lowering on `targets` was never measured against the backend (issue #30):
+        it reads a blocked stand-in, so everything it computes is unproven there, never proved."""
+        blocker = f"{node}?lowering"
+        self.add_value(
+            Value(blocker, op, OpClass.UNKNOWN,
+                  Definition(DefKind.FREE, blocking=True, reason=reason, blocks_as="unvalidated-lowering"))
+        )  # fmt: skip
+        self.oblige(
+            Obligation(ObligationKind.USE, node=node, value=blocker, expected=FLOAT, expected_real=True,
+                       arg="its lowering", finding_kind="unvalidated-lowering", targets=targets)
+        )  # fmt: skip
+
     def settle_inputs(self, what: str) -> None:
         """Each integer input (an alias with no source) takes the domain its first
         consumer declares, recorded as an assumption; its other uses must agree.

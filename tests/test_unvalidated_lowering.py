@@ -65,3 +65,30 @@ def test_the_contract_says_which_lowerings_were_measured() -> None:
     arm_tosa = targets.get("arm-tosa")
     assert not arm_tosa.lowering_validated("layer_norm", "int16")
     assert arm_tosa.lowering_validated("conv2d", "int8")
+
+
+@pytest.mark.parametrize("target", ["arm-tosa", None])
+def test_the_annotated_form_is_unproven_at_the_same_op(target) -> None:
+    """Before prepare_pt2e (no scale exists yet) the verdict is the same: the quantizer marks the
+    int16 rsqrt for integer codes, and that lowering was never measured to compute right."""
+    model = Norm().eval()
+    inputs = (torch.rand(1, 4, 16) * 0.5 - 1.0,)
+    quantizer = arm.default_quantizer(INT16, config=get_symmetric_a16w8_quantization_config())
+    annotated = quantizer.transform_for_annotation(arm.export_module(model, inputs))
+    quantizer.annotate(annotated)
+    report = qflow.analyze(annotated, target=target)
+    assert report.form == "annotated" and report.status == "unproven", str(report)
+    found = [f for f in report.findings if f.kind == "unvalidated-lowering"]
+    assert any(f.node.startswith("rsqrt") and "arm-tosa" in (f.targets or {}) for f in found), str(report)
+    assert "int16 activations" in next(f for f in found if f.node.startswith("rsqrt")).message
+
+
+def test_the_annotated_a8w8_layer_norm_still_proves() -> None:
+    """Every op of the int8 decomposition was measured exact: no unvalidated-lowering there."""
+    model = Norm().eval()
+    inputs = (torch.rand(1, 4, 16) * 0.5 - 1.0,)
+    quantizer = arm.default_quantizer()
+    annotated = quantizer.transform_for_annotation(arm.export_module(model, inputs))
+    quantizer.annotate(annotated)
+    report = qflow.analyze(annotated, target="arm-tosa")
+    assert report.proved, str(report)

@@ -62,6 +62,7 @@ class AnnotatedAdapter:
         self.dg = DomainGraph(form="annotated", target=self.target.name)
         self.uf = _UnionFind()
         self.spec: dict[tuple[str, ...], Any] = {}
+        self._members = [get_target(m) for m in self.target.members] or [self.target]
 
     @staticmethod
     def out_key(n: fx.Node) -> tuple[str, ...]:
@@ -158,6 +159,44 @@ class AnnotatedAdapter:
             self._factory(n)
         if base_name(target_name(n)) in _RELU_LIKE and out is not None:
             self._shared_activation(n)
+        if cls is OpClass.COMPUTE:
+            self._oblige_measured(n, a)
+
+    def _activation_dtype(self, n: fx.Node, a: Any) -> str | None:
+        """The dtype of the first annotated tensor input, in argument order (the activation, as
+        the Q/DQ form reads it from the first dequantize), resolved through shared specs."""
+        for p in n.all_input_nodes:
+            if a.input_qspec_map.get(p) is None:
+                continue
+            group = self.uf.find("|".join(self.in_key(n, p)))
+            qs = next((self.spec[k] for k in self.spec if self.uf.find("|".join(k)) == group), None)
+            if qs is not None and not qs.dtype.is_floating_point:
+                return dtype_name(qs.dtype)
+        return None
+
+    def _oblige_measured(self, n: fx.Node, a: Any) -> None:
+        """The annotated form of the Q/DQ reader's check (issue #30): a compute op the quantizer
+        marks for integer codes must have a lowering measured to compute right on each target
+        that lowers it (`Target.validated`); else its obligations are unproven, never proved."""
+        dtype = self._activation_dtype(n, a)
+        if dtype is None:
+            return
+        op = base_name(target_name(n))
+        unmeasured = tuple(
+            t.name
+            for t in self._members
+            if t.rule(op) is not OpRule.CPU_FLOAT
+            and t.lowering_unmeasured(op, dtype)
+            and not (t.float_unless_qdq and a.output_qspec is None)  # (no Q after it: float there)
+        )
+        if not unmeasured:
+            return
+        reason = (
+            f"{n.name} ({op}, {dtype} activations) is annotated for integer codes on {', '.join(unmeasured)}, "
+            "where that lowering has not been measured against the backend (contract probe): "
+            "qflow cannot vouch for what it computes"
+        )
+        self.dg.oblige_measured_lowering(n.name, target_name(n), reason, unmeasured)
 
     def _keys(self) -> set[tuple[str, ...]]:
         return {tuple(k.split("|")) for k in self.uf.parent}

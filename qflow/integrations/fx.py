@@ -558,26 +558,17 @@ class FxAdapter:
             t.name
             for t in self._members
             if rules.get(t.name) is not OpRule.CPU_FLOAT
-            and dtype not in t.refused_dtypes
-            and not t.lowering_validated(op, dtype)
+            and t.lowering_unmeasured(op, dtype)
             and not (t.float_unless_qdq and not self._between_qdq(node))  # (in float there)
         )
         if not unmeasured:
             return
-        blocker = f"{node.name}?lowering"
         reason = (
             f"{node.name} ({op}, {dtype} activations) is lowered on integer codes on {', '.join(unmeasured)}, "
             "where that lowering has not been measured against the backend (contract probe): "
             "qflow cannot vouch for what it computes"
         )
-        self.dg.add_value(
-            Value(blocker, target_name(node), OpClass.UNKNOWN,
-                  Definition(DefKind.FREE, blocking=True, reason=reason, blocks_as="unvalidated-lowering"))
-        )  # fmt: skip
-        self.dg.oblige(
-            Obligation(ObligationKind.USE, node=node.name, value=blocker, expected=FLOAT, expected_real=True,
-                       arg="its lowering", finding_kind="unvalidated-lowering", targets=unmeasured)
-        )  # fmt: skip
+        self.dg.oblige_measured_lowering(node.name, target_name(node), reason, unmeasured)
 
     def _add_cpu_float(self, node: fx.Node, cls: OpClass) -> None:
         """Outside the delegates of a lowered program nothing is lowered any

@@ -104,6 +104,11 @@ class Target:
         """Was `op`'s lowering at activation dtype `dtype` measured to compute right here?"""
         return self.validated is not None and op in self.validated.get(dtype, ())
 
+    def lowering_unmeasured(self, op: str, dtype: str) -> bool:
+        """Would lowering `op` at activation dtype `dtype` here compute something never measured?
+        (A refused dtype fails loudly at lowering instead.)"""
+        return dtype not in self.refused_dtypes and not self.lowering_validated(op, dtype)
+
     def backend_module(self) -> ModuleType | None:
         """The backend reader, or None. It may define (each optional):
         ``refine_boundaries(lowered, inputs, outputs)`` (a delegate's real IO),
