@@ -142,3 +142,31 @@ def test_the_api_on_the_bundled_examples_prints_nothing_to_stderr() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
+
+
+@torch.library.custom_op("qflow_test::opaque", mutates_args=())
+def _opaque(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@_opaque.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class _Opaque(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.ops.qflow_test.opaque(x))
+
+
+def test_an_unread_op_is_never_called_nothing_quantized() -> None:
+    """No quantization found, but an op qflow cannot read may be the one that quantizes
+    (torchao's quantize_affine was one): unproven, not nothing-quantized."""
+    report = qflow.analyze(torch.export.export(_Opaque(), (torch.randn(4),)))
+    assert report.status == "unproven" and not report.proved, str(report)
+    assert any(f.kind == "unknown-op" for f in report.findings)
+    assert not any("nothing is quantized" in n for n in report.notes)

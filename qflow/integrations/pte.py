@@ -609,7 +609,10 @@ class _Builder:
                     self.dg.add_use(self.names[i], name, "input")
         elif cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION) and not is_float:
             self.identity(call, name, first, cls, base_cls, ins)
-        elif cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION, OpClass.COMPUTE):
+        elif cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION, OpClass.COMPUTE) or self._reals_only(ins + outs):
+            # (an op qflow does not know that reads and writes only float tensors — a custom
+            # kernel such as llama::custom_sdpa — passes no integer code: no domain to misread)
+            cls = cls if cls is not OpClass.UNKNOWN else OpClass.COMPUTE
             self.add(first, name, call.name, cls, float_fact())
             for k, i in enumerate(ins):
                 self.use(i, name, f"input {k}", FLOAT, True)
@@ -621,6 +624,13 @@ class _Builder:
                     self.dg.add_use(self.names[i], name, "input")
         for k, extra in enumerate(outs[1:], 1):  # further outputs of one kernel (split, topk, ...)
             self.add(extra, f"{name}.{k}", call.name, self.dg.value(name).op_class, self.dg.value(name).definition)
+
+    def _reals_only(self, tensors: list[int]) -> bool:
+        """Is every tensor float, or an integer kind that never holds codes (positions, masks)?"""
+        dtypes = [self.ev(t).dtype or "" for t in tensors]
+        return any(d.startswith(("float", "bfloat")) for d in dtypes) and all(
+            d.startswith(("float", "bfloat")) or d in _DOMAIN_FREE for d in dtypes
+        )
 
     def identity(self, call: Call, name: str, out: int, cls: OpClass, base: str, ins: list[int]) -> None:
         """An integer pass-through kernel on the CPU copies codes (a view of a delegate's int8 output)."""

@@ -82,6 +82,20 @@ _OUTPUT_FIELDS = ("output_id", "output_value_id")
 
 
 @dataclass(frozen=True)
+class Blocks:
+    """A blockwise (per channel, per group of input channels) weight layout: one scale per
+    `group_size` consecutive inputs of each output channel."""
+
+    channel_dim: int
+    group_size: int
+    num_scales: int
+
+    def __str__(self) -> str:
+        g, d, n = self.group_size, self.channel_dim, self.num_scales
+        return f"blockwise: groups of {g} along each channel of dim {d}, {n} scales"
+
+
+@dataclass(frozen=True)
 class XnnValue:
     id: int
     dtype: str
@@ -91,6 +105,7 @@ class XnnValue:
     flags: int
     constant: bool
     quantized: bool = False
+    blocks: Blocks | None = None
 
 
 @dataclass(frozen=True)
@@ -215,6 +230,7 @@ def _value(xv: object, value_types: dict[int, str], quant_types: dict[int, str])
     dtype, quantized = DATATYPES.get(dt_code, (f"xnn_datatype_{dt_code}", False))
     dims = tuple(int(tv.Dims(i)) for i in range(tv.DimsLength()))
     dom: Domain | None = FLOAT if dtype.startswith(("float", "bfloat")) else None
+    blocks = None
     if kind == "XNNQuantizedTensorValue" and quantized:
         qk = quant_types.get(body.QuantParamsType(), "NONE")
         qp = as_table(_NS, qk, body.QuantParams()) if qk != "NONE" else None
@@ -227,7 +243,15 @@ def _value(xv: object, value_types: dict[int, str], quant_types: dict[int, str])
         elif qk == "PerChannelQuant":  # scales kept in the constant data: named, not read
             where = f"constant buffer {qp.ScaleBufferIdx()} ({qp.NumScales()} scales)"
             dom = Domain(dtype, (), (), lo, hi, int(qp.ChannelDim()), opaque=where)
+        elif qk == "PerTokenDynamicQuant":  # the converting node computes them per token, at run time
+            dom = Domain(dtype, (), (), lo, hi, opaque=f"dynamic, per token over {qp.NumNonbatchDims()} dims")
+        elif qk == "PerChannelGroupQuant":
+            n = qp.ScaleLength() or qp.NumScales()
+            where = "inline" if qp.ScaleLength() else f"in constant buffer {qp.ScaleBufferIdx()}"
+            blocks = Blocks(int(qp.ChannelDim()), int(qp.GroupSize()), int(n))
+            dom = Domain(dtype, (), (), lo, hi, blocks.channel_dim, opaque=f"{blocks}, scales {where}")
     return XnnValue(
+        blocks=blocks,
         id=int(tv.IdOut()),
         dtype=dtype,
         dims=dims,
@@ -331,7 +355,34 @@ def domain_graph(g: XnnGraph) -> DomainGraph:
             for i in n.inputs:
                 dg.add_use(_name(g, i, producer), name, f"input {i}")
         _activation(dg, g, n, producer)
+        _block_layout(dg, g, n, producer)
     return dg
+
+
+def _block_layout(dg: DomainGraph, g: XnnGraph, n: XnnNode, producer: dict[int, XnnNode]) -> None:
+    """A blockwise weight's scales must tile it: whole groups along each channel's inputs, one
+    scale per group. A count that does not match reads scales of other blocks (or past the buffer)."""
+    for vid in n.inputs:
+        v = g.values[vid]
+        b = v.blocks
+        if b is None or len(v.dims) != 2 or b.channel_dim not in (0, 1):
+            continue
+        channels, inputs = v.dims[b.channel_dim], v.dims[1 - b.channel_dim]
+        whole = b.group_size > 0 and inputs % b.group_size == 0
+        holds = whole and b.num_scales == channels * (inputs // b.group_size)
+        want = f"{channels} × {inputs} / {b.group_size} = {channels * inputs / b.group_size:g}" if b.group_size else "?"
+        name = _name(g, n.outputs[0], producer) if n.outputs else n.label
+        dg.oblige(
+            Obligation(
+                ObligationKind.STRUCTURAL,
+                name,
+                name,
+                finding_kind="domain-mismatch",
+                holds=holds,
+                detail=f"XNNPACK node {n.label} reads weight v{vid} ({v.dtype} {list(v.dims)}, {b}): "
+                + (f"the scales tile it ({want})." if holds else f"the scales do not tile it: expected {want}."),
+            )
+        )
 
 
 def _activation(dg: DomainGraph, g: XnnGraph, n: XnnNode, producer: dict[int, XnnNode]) -> None:
