@@ -55,14 +55,16 @@ eq ne lt le gt ge bitwise_and bitwise_or logical_and logical_or logical_not
 argmax argmin topk sort embedding scaled_dot_product_attention cumsum
 """.split()
 
-_QUANTIZE = "quantize_per_tensor quantize_per_channel quantize_per_token".split()
-_DEQUANTIZE = "dequantize_per_tensor dequantize_per_channel dequantize_per_token".split()
+_QUANTIZE = "quantize_per_tensor quantize_per_channel quantize_per_token quantize_affine".split()
+_DEQUANTIZE = "dequantize_per_tensor dequantize_per_channel dequantize_per_token dequantize_affine".split()
 #: Dynamic quantization computes qparams at run time from a float tensor: the
 #: scales and zero points are data, not quantized tensors.
-_QPARAMS = "choose_qparams choose_qparams_tensor choose_qparams_per_token_asymmetric choose_qparams_symmetric".split()
+_QPARAMS = """choose_qparams choose_qparams_tensor choose_qparams_per_token_asymmetric choose_qparams_symmetric
+choose_qparams_affine""".split()
 _CONSTANT = """
 full full_like zeros zeros_like ones ones_like scalar_tensor arange eye linspace
 empty empty_like fill fill_ new_full new_zeros new_ones rand randn _tensor_constant
+access_subclass_inner_tensor
 """.split()
 
 _TABLE: dict[str, OpClass] = {}

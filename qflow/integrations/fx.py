@@ -64,6 +64,18 @@ _DOMAIN_FREE_DTYPES = {torch.int64, torch.bool, torch.uint16, torch.uint32, torc
 _FLOAT_FACT = float_fact()
 
 
+def _activation_key(d: Domain | None, first: bool) -> str | None:
+    """The activation dtype a compute op's lowering is validated by (`Target.validated`):
+    "dynamic-int8" for run-time qparams on its first input (a dynamically quantized
+    activation), "weight-only-int8" for them on a later one only (float activations, a
+    torchao weight-only weight: measured on XNNPACK to drop the weight's scales)."""
+    if d is None or d.is_float:
+        return None
+    if d.opaque is not None and not d.scale and d.axis is None:
+        return f"dynamic-{d.dtype}" if first else f"weight-only-{d.dtype}"
+    return d.dtype
+
+
 class FxAdapter:
     def __init__(
         self, gm: fx.GraphModule, ep: Any | None, form: str, target: Target | None = None, carry: bool = True
@@ -538,11 +550,12 @@ class FxAdapter:
         if cls is OpClass.COMPUTE:
             self._value(node, cls, float_fact())
             dtype = None
-            for i, j, a in tensor_args(node):
+            for k, (i, j, a) in enumerate(tensor_args(node)):
                 self._use(a, node, arg_label(i, j), FLOAT, True)
                 if dtype is None and self._op_class(a) is OpClass.DEQUANTIZE:
                     dq = self.dg.get(a.name)
-                    dtype = dq.definition.domain.dtype if dq and dq.definition.domain else None
+                    d = dq.definition.domain if dq else None
+                    dtype = _activation_key(d, first=k == 0)
             self._oblige_measured(node, dtype)
             return
         self._add_unknown(node, None)
@@ -554,12 +567,14 @@ class FxAdapter:
             return
         op = base_name(target_name(node))
         rules = self._rules(node)
+        # (a dynamic or weight-only linear needs no Q after it to run on codes)
+        no_q = dtype.startswith(("dynamic-", "weight-only-"))
         unmeasured = tuple(
             t.name
             for t in self._members
             if rules.get(t.name) is not OpRule.CPU_FLOAT
             and t.lowering_unmeasured(op, dtype)
-            and not (t.float_unless_qdq and not self._between_qdq(node))  # (in float there)
+            and not (t.float_unless_qdq and not no_q and not self._between_qdq(node))  # (in float there)
         )
         if not unmeasured:
             return

@@ -338,6 +338,10 @@ class PayloadIO:
     unknown_domain: str = ""
     #: The TOSA artifact validator checks this payload against the parent's anchors.
     anchored: bool = False
+    #: For each payload input, the delegate call argument it reads (XNNPACK's external ids),
+    #: when that is not simply the k-th: an argument no input reads (a lifted weight the
+    #: payload holds as its own constant) is not the backend's to read.
+    input_args: list[int] | None = None
 
 
 def _tosa_io(payload: bytes) -> tuple[list[str], list[str]] | None:
@@ -382,8 +386,14 @@ def _xnnpack_payload(d: Delegate, prefix: str) -> PayloadIO:
     g = xnn.read_payload(d.payload)
     ins = [(g.values[i].dtype, g.values[i].domain) for i in g.input_ids]
     outs = [(g.values[i].dtype, g.values[i].domain) for i in g.output_ids]
+    args = [g.values[i].external_id for i in g.input_ids]
     return PayloadIO(
-        ins, outs, "XNNPACK flatbuffer", xnn.domain_graph(g), "the XNNPACK tensor has no quantization parameters"
+        ins,
+        outs,
+        "XNNPACK flatbuffer",
+        xnn.domain_graph(g),
+        "the XNNPACK tensor has no quantization parameters",
+        input_args=None if args == list(range(len(args))) else args,
     )
 
 
@@ -714,6 +724,16 @@ class _Builder:
         for i in ins:
             if i in self.names:
                 self.dg.add_use(self.names[i], call_name, "input")
+        if io.input_args is not None:
+            if len(set(io.input_args)) != len(io.input_args) or not all(0 <= a < len(ins) for a in io.input_args):
+                raise InputError(
+                    f"delegate {di} ({d.backend_id}) is called with {len(ins)} inputs, but its payload "
+                    f"({io.artifact}) reads arguments {io.input_args}",
+                    self._where(call),
+                )
+            read = dict(zip(io.input_args, io.inputs or [], strict=True))
+            ins = [i for k, i in enumerate(ins) if k in read]
+            io.inputs = [read[k] for k in sorted(read)]
         for side, have, want in (("inputs", ins, io.inputs), ("outputs", outs, io.outputs)):
             if want is not None and len(want) != len(have):
                 raise InputError(

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from qflow.domain import Domain
+from qflow.domain import DTYPE_RANGE, Domain
 from qflow.errors import InputError
 from qflow.ops import OpClass, base_name, classify
 
@@ -205,6 +205,8 @@ def qdq_domain(node: fx.Node, consts: Consts) -> Domain:
 def _qdq_domain(node: fx.Node, consts: Consts) -> Domain:
     name = base_name(target_name(node))
     args = list(node.args)
+    if name.endswith("_affine"):
+        return _affine_domain(node, args)
     per_channel = name.endswith("per_channel")
     need = 7 if per_channel else 6
     if len(args) < need:
@@ -237,6 +239,24 @@ def _qdq_domain(node: fx.Node, consts: Consts) -> Domain:
         raise
     except (TypeError, ValueError) as e:
         raise InputError(f"cannot read the quantization arguments of {target_name(node)}: {e}", node.name) from e
+
+
+def _affine_domain(node: fx.Node, args: list[Any]) -> Domain:
+    """torchao's (de)quantize_affine(x, block_size, scale, zero_point, dtype, qmin, qmax): one
+    scale and zero point per block (per token for a dynamic activation, per group of inputs
+    for a weight). The tensors that hold them stand for their value, as for dynamic
+    quantization: a quantize and a dequantize that read the same ones share a domain."""
+    if len(args) < 5:
+        raise InputError(f"{target_name(node)} has {len(args)} arguments, expected at least 5", node.name)
+    block, scale, zp, dtype = args[1], args[2], args[3], dtype_name(args[4])
+    lo, hi = DTYPE_RANGE.get(dtype, (0, 0))
+    qmin = int(args[5]) if len(args) > 5 and args[5] is not None else lo
+    qmax = int(args[6]) if len(args) > 6 and args[6] is not None else hi
+
+    def held(a: Any) -> str:
+        return a.name if isinstance(a, fx.Node) else str(a)
+
+    return Domain.run_time(dtype, f"block {list(block)}: {held(scale)}, {held(zp)}", qmin, qmax)
 
 
 def quant_args_domain(qa: Any, node: fx.Node) -> Domain:
