@@ -1,0 +1,48 @@
+"""ExecuTorch's own LLM export (issue #28): `export_llm` with a tiny random Llama config, 8da4w,
+KV cache and custom SDPA, lowered to XNNPACK — the `.pte` most users ship. It used to be called
+"nothing quantized"."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import qflow
+
+PARAMS = {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 256, "multiple_of": 32}
+
+
+@pytest.fixture(scope="session")
+def tiny_8da4w_pte(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("llm")
+    (out / "params.json").write_text(json.dumps({**PARAMS, "norm_eps": 1e-5}))
+    cmd = [
+        sys.executable, "-m", "executorch.extension.llm.export.export_llm",
+        "base.model_class=llama3", f"base.params={out / 'params.json'}",
+        "model.use_kv_cache=true", "model.use_sdpa_with_kv_cache=true", "backend.xnnpack.enabled=true",
+        "quantization.qmode=8da4w", "quantization.group_size=32",
+        "export.max_seq_length=64", "export.max_context_length=64",
+        f"export.output_dir={out}", "export.output_name=tiny.pte", f"hydra.run.dir={out}",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out / "tiny.pte"
+
+
+def test_the_8da4w_llm_pte_proves_with_its_quantized_linears_counted(tiny_8da4w_pte) -> None:
+    report = qflow.analyze(tiny_8da4w_pte, target="xnnpack")
+    assert report.status == "proved", str(report)
+    assert not [f for f in report.findings if f.kind in ("unknown-op", "missing-domain")]
+    # every linear of the two layers and the head: int4 per-group weights, bf16 scales in the payload
+    linears = [f for f in report.findings if f.kind == "rounded-weight-scales"]
+    assert len(linears) == 2 * 7 + 1, [f.node for f in linears]
+
+
+def test_the_cli_exits_0_on_it(tiny_8da4w_pte) -> None:
+    done = subprocess.run([sys.executable, "-m", "qflow", "check", str(tiny_8da4w_pte)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "PROVED" in done.stdout
