@@ -100,3 +100,12 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_every_finding_kind_is_in_the_reference() -> None:
+    """The kinds are a public contract: each one the code can emit has its row, with its severity."""
+    from qflow.report.kinds import KINDS
+
+    page = (ROOT / "docs" / "reference" / "kinds.md").read_text()
+    missing = [k for k, spec in KINDS.items() if f"| `{k}` | {spec.severity}" not in page]
+    assert not missing, missing
