@@ -213,10 +213,15 @@ class DomainGraph:
                 )
             )
 
-    def oblige_measured_lowering(self, node: str, op: str, reason: str, targets: tuple[str, ...]) -> None:
-        """`node`'s lowering on `targets` was never measured against the backend (issue #30):
-        it reads a blocked stand-in, so everything it computes is unproven there, never proved."""
+    def oblige_measured_lowering(self, node: str, op: str, how: str, targets: tuple[str, ...]) -> None:
+        """`node` (`op`, `how` it reaches integer codes) has a lowering on `targets` never measured
+        against the backend (issue #30): it reads a blocked stand-in, so everything it computes is
+        unproven there, never proved."""
         blocker = f"{node}?lowering"
+        reason = (
+            f"{node} ({op}) is {how} on {', '.join(targets)}, where that lowering has not been measured "
+            "against the backend (contract probe): qflow cannot vouch for what it computes"
+        )
         self.add_value(
             Value(blocker, op, OpClass.UNKNOWN,
                   Definition(DefKind.FREE, blocking=True, reason=reason, blocks_as="unvalidated-lowering"))

@@ -191,12 +191,8 @@ class AnnotatedAdapter:
         )
         if not unmeasured:
             return
-        reason = (
-            f"{n.name} ({op}, {dtype} activations) is annotated for integer codes on {', '.join(unmeasured)}, "
-            "where that lowering has not been measured against the backend (contract probe): "
-            "qflow cannot vouch for what it computes"
-        )
-        self.dg.oblige_measured_lowering(n.name, target_name(n), reason, unmeasured)
+        how = f"annotated for integer codes with {dtype} activations"
+        self.dg.oblige_measured_lowering(n.name, target_name(n), how, unmeasured)
 
     def _keys(self) -> set[tuple[str, ...]]:
         return {tuple(k.split("|")) for k in self.uf.parent}

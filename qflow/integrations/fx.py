@@ -578,12 +578,8 @@ class FxAdapter:
         )
         if not unmeasured:
             return
-        reason = (
-            f"{node.name} ({op}, {dtype} activations) is lowered on integer codes on {', '.join(unmeasured)}, "
-            "where that lowering has not been measured against the backend (contract probe): "
-            "qflow cannot vouch for what it computes"
-        )
-        self.dg.oblige_measured_lowering(node.name, target_name(node), reason, unmeasured)
+        how = f"lowered on integer codes with {dtype} activations"
+        self.dg.oblige_measured_lowering(node.name, target_name(node), how, unmeasured)
 
     def _add_cpu_float(self, node: fx.Node, cls: OpClass) -> None:
         """Outside the delegates of a lowered program nothing is lowered any
