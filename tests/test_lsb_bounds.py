@@ -22,12 +22,12 @@ def _is(node: torch.fx.Node, name: str) -> bool:
     return node.op == "call_function" and name in str(node.target)
 
 
-def _rescaled(gm: torch.fx.GraphModule, factor: float) -> torch.fx.GraphModule:
-    """A copy whose quantize after `neg` (and its dequantizes) has the scale times `factor`:
+def _rescaled(gm: torch.fx.GraphModule, factor: float, op: str = "aten.neg") -> torch.fx.GraphModule:
+    """A copy whose quantize after `op` (and its dequantizes) has the scale times `factor`:
     the domain change a custom annotation or a second observer makes."""
     gm = copy.deepcopy(gm)
-    neg = next(n for n in gm.graph.nodes if _is(n, "aten.neg"))
-    q = next(u for u in neg.users if _is(u, "quantize_per_tensor"))
+    node = next(n for n in gm.graph.nodes if _is(n, op))
+    q = next(u for u in node.users if _is(u, "quantize_per_tensor"))
     for node in [q, *(u for u in q.users if _is(u, "dequantize_per_tensor"))]:
         args = list(node.args)
         args[1] = float(args[1]) * factor
@@ -84,14 +84,7 @@ def test_a_requant_after_cat_the_fold_drops_is_weighed_in_output_lsb(factor) -> 
     torch.manual_seed(0)
     inputs = (torch.randn(1, 4, 8), torch.randn(1, 4, 8))
     gm = arm.quantize(Cat(), inputs)
-    moved = copy.deepcopy(gm)
-    cat = next(n for n in moved.graph.nodes if _is(n, "aten.cat"))
-    q = next(u for u in cat.users if _is(u, "quantize_per_tensor"))
-    for node in [q, *(u for u in q.users if _is(u, "dequantize_per_tensor"))]:
-        args = list(node.args)
-        args[1] = float(args[1]) * factor
-        node.args = tuple(args)
-    moved.recompile()
+    moved = _rescaled(gm, factor, "aten.cat")
     report = qflow.analyze(torch.export.export(moved, inputs), target="arm-tosa")
     found = [f for f in report.findings if f.kind == "requant-after-passthrough"]
     lowered = arm.lower(torch.export.export(moved, inputs), inputs)
