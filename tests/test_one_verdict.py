@@ -146,12 +146,12 @@ def test_the_api_on_the_bundled_examples_prints_nothing_to_stderr() -> None:
 
 @torch.library.custom_op("qflow_test::opaque", mutates_args=())
 def _opaque(x: torch.Tensor) -> torch.Tensor:
-    return x.clone()
+    return (x * 10).round().clamp(-128, 127).to(torch.int8)
 
 
 @_opaque.register_fake
 def _(x: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(x)
+    return torch.empty_like(x, dtype=torch.int8)
 
 
 class _Opaque(torch.nn.Module):
@@ -160,12 +160,12 @@ class _Opaque(torch.nn.Module):
         self.fc = torch.nn.Linear(4, 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(torch.ops.qflow_test.opaque(x))
+        return self.fc(torch.ops.qflow_test.opaque(x).float() / 10)
 
 
 def test_an_unread_op_is_never_called_nothing_quantized() -> None:
-    """No quantization found, but an op qflow cannot read may be the one that quantizes
-    (torchao's quantize_affine was one): unproven, not nothing-quantized."""
+    """No quantization found, but an op qflow cannot read may be the one that quantizes (it
+    writes int8 codes, as torchao's quantize_affine did): unproven, not nothing-quantized."""
     report = qflow.analyze(torch.export.export(_Opaque(), (torch.randn(4),)))
     assert report.status == "unproven" and not report.proved, str(report)
     assert any(f.kind == "unknown-op" for f in report.findings)

@@ -64,18 +64,6 @@ _DOMAIN_FREE_DTYPES = {torch.int64, torch.bool, torch.uint16, torch.uint32, torc
 _FLOAT_FACT = float_fact()
 
 
-def _activation_key(d: Domain | None, first: bool) -> str | None:
-    """The activation dtype a compute op's lowering is validated by (`Target.validated`):
-    "dynamic-int8" for run-time qparams on its first input (a dynamically quantized
-    activation), "weight-only-int8" for them on a later one only (float activations, a
-    torchao weight-only weight: measured on XNNPACK to drop the weight's scales)."""
-    if d is None or d.is_float:
-        return None
-    if d.opaque is not None and not d.scale and d.axis is None:
-        return f"dynamic-{d.dtype}" if first else f"weight-only-{d.dtype}"
-    return d.dtype
-
-
 class FxAdapter:
     def __init__(
         self, gm: fx.GraphModule, ep: Any | None, form: str, target: Target | None = None, carry: bool = True
@@ -549,16 +537,55 @@ class FxAdapter:
             return
         if cls is OpClass.COMPUTE:
             self._value(node, cls, float_fact())
-            dtype = None
-            for k, (i, j, a) in enumerate(tensor_args(node)):
+            for i, j, a in tensor_args(node):
                 self._use(a, node, arg_label(i, j), FLOAT, True)
-                if dtype is None and self._op_class(a) is OpClass.DEQUANTIZE:
-                    dq = self.dg.get(a.name)
-                    d = dq.definition.domain if dq else None
-                    dtype = _activation_key(d, first=k == 0)
-            self._oblige_measured(node, dtype)
+            self._oblige_measured(node, self._lowering_key(node))
+            return
+        if cls is OpClass.UNKNOWN and self._computes_on_reals(node):
+            self._add_cpu_float(node, OpClass.COMPUTE)
             return
         self._add_unknown(node, None)
+
+    def _through_copies(self, a: fx.Node) -> fx.Node:
+        """The node whose values `a` holds, through pass-through ops (a view of a dequantize
+        still holds its codes)."""
+        while self._op_class(a) is OpClass.PASSTHROUGH and a.args and isinstance(a.args[0], fx.Node):
+            a = a.args[0]
+        return a
+
+    def _lowering_key(self, node: fx.Node) -> str | None:
+        """What a compute op's lowering is validated by (`Target.validated`): the dtype of its
+        first dequantized input (static quantization); "dynamic-int8" when an input is
+        dequantized from a run-time quantize (a dynamically quantized activation);
+        "weight-only-int8" when only a weight is, with run-time (torchao affine) qparams —
+        float activations, which XNNPACK was measured to lower with the weight's scales dropped."""
+        static = dynamic = weight_only = None
+        for _, _, a in tensor_args(node):
+            src = self._through_copies(a)
+            v = self.dg.get(src.name) if self._op_class(src) is OpClass.DEQUANTIZE else None
+            d = v.definition.domain if v is not None else None
+            if d is None or d.is_float:
+                continue
+            if d.opaque is None or d.scale or d.axis is not None:
+                static = static or (d.dtype if src is a else None)
+            elif isinstance(q := src.args[0], fx.Node) and self._op_class(q) is OpClass.QUANTIZE:
+                dynamic = dynamic or f"dynamic-{d.dtype}"
+            else:
+                weight_only = weight_only or f"weight-only-{d.dtype}"
+        return dynamic or static or weight_only
+
+    def _computes_on_reals(self, node: fx.Node) -> bool:
+        """Is `node` an op whose float output is computed from reals no dequantize produced?
+        A backend runs an op on integer codes only when it reads dequantized codes, so whatever
+        the op is (aten.rms_norm, a custom kernel), every lowering computes it on reals."""
+        if node.op != "call_function" or not is_float(node):
+            return False
+        for _, _, a in tensor_args(node):
+            if not (is_float(a) or self._domain_free(a)):
+                return False
+            if self._op_class(self._through_copies(a)) is OpClass.DEQUANTIZE:
+                return False
+        return True
 
     def _oblige_measured(self, node: fx.Node, dtype: str | None) -> None:
         """A compute op a target lowers on integer codes (at activation dtype `dtype`) must have been

@@ -338,9 +338,9 @@ class PayloadIO:
     unknown_domain: str = ""
     #: The TOSA artifact validator checks this payload against the parent's anchors.
     anchored: bool = False
-    #: For each payload input, the delegate call argument it reads (XNNPACK's external ids),
-    #: when that is not simply the k-th: an argument no input reads (a lifted weight the
-    #: payload holds as its own constant) is not the backend's to read.
+    #: For each payload input, the delegate call argument it reads (XNNPACK's external ids;
+    #: None: the k-th). An argument no input reads (a lifted weight the payload holds as its
+    #: own constant) is not the backend's to read.
     input_args: list[int] | None = None
 
 
@@ -386,14 +386,13 @@ def _xnnpack_payload(d: Delegate, prefix: str) -> PayloadIO:
     g = xnn.read_payload(d.payload)
     ins = [(g.values[i].dtype, g.values[i].domain) for i in g.input_ids]
     outs = [(g.values[i].dtype, g.values[i].domain) for i in g.output_ids]
-    args = [g.values[i].external_id for i in g.input_ids]
     return PayloadIO(
         ins,
         outs,
         "XNNPACK flatbuffer",
         xnn.domain_graph(g),
         "the XNNPACK tensor has no quantization parameters",
-        input_args=None if args == list(range(len(args))) else args,
+        input_args=[g.values[i].external_id for i in g.input_ids],
     )
 
 
