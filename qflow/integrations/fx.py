@@ -596,17 +596,23 @@ class FxAdapter:
         rules = self._rules(node)
         # (a dynamic or weight-only linear needs no Q after it to run on codes)
         no_q = dtype.startswith(("dynamic-", "weight-only-"))
-        unmeasured = tuple(
-            t.name
+        lowering = [
+            t
             for t in self._members
             if rules.get(t.name) is not OpRule.CPU_FLOAT
             and t.lowering_unmeasured(op, dtype)
             and not (t.float_unless_qdq and not no_q and not self._between_qdq(node))  # (in float there)
-        )
-        if not unmeasured:
-            return
-        how = f"lowered on integer codes with {dtype} activations"
-        self.dg.oblige_measured_lowering(node.name, target_name(node), how, unmeasured)
+        ]
+        for t in lowering:
+            if (what := t.measured_miscompile(op, dtype)) is not None:
+                self.dg.oblige(
+                    Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind="miscompiled-lowering",
+                               holds=False, targets=(t.name,), detail=f"{node.name} ({op}, {dtype}): {what}.")
+                )  # fmt: skip
+        unmeasured = tuple(t.name for t in lowering if t.measured_miscompile(op, dtype) is None)
+        if unmeasured:
+            how = f"lowered on integer codes with {dtype} activations"
+            self.dg.oblige_measured_lowering(node.name, target_name(node), how, unmeasured)
 
     def _add_cpu_float(self, node: fx.Node, cls: OpClass) -> None:
         """Outside the delegates of a lowered program nothing is lowered any

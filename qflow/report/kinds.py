@@ -203,6 +203,17 @@ KINDS: dict[str, Kind] = {
             "contract probe (tests/contracts/) and, when it computes right, to the target's `validated` ops.",
         ),
         Kind(
+            "miscompiled-lowering",
+            "error",
+            "an op whose lowering on the target was measured to compute wrong",
+            "The contract probe ran this op's stock lowering on the real backend and it computed wrong "
+            "numbers with no error: the program is consistent, the backend is not (measured: ExecuTorch "
+            "1.5.1 lowers a torchao weight-only linear to XNNPACK with the raw weight codes as float "
+            "weights, the scales dropped — outputs orders of magnitude off).",
+            "Keep the op off that backend or quantize it another way (for XNNPACK: dynamic activations, "
+            "Int8DynamicActivationIntxWeightConfig, which was measured right).",
+        ),
+        Kind(
             "reference-needed",
             "warning",
             "a delegate payload needs the program it was lowered from to be proved",

@@ -99,10 +99,17 @@ class Target:
     #: Activation dtypes the backend refuses to lower at all (loudly, at lowering): no silent
     #: miscompile to prove against, so they need no validated lowering.
     refused_dtypes: frozenset[str] = frozenset()
+    #: Lowerings measured to compute wrong, silently (the contract probe): by activation key
+    #: (as in `validated`), op → what was measured. A program that needs one is an error.
+    miscompiles: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def lowering_validated(self, op: str, dtype: str) -> bool:
         """Was `op`'s lowering at activation dtype `dtype` measured to compute right here?"""
         return self.validated is not None and op in self.validated.get(dtype, ())
+
+    def measured_miscompile(self, op: str, dtype: str) -> str | None:
+        """What was measured when `op`'s lowering at `dtype` computed wrong here, or None."""
+        return self.miscompiles.get(dtype, {}).get(op)
 
     def lowering_unmeasured(self, op: str, dtype: str) -> bool:
         """Would lowering `op` at activation dtype `dtype` here compute something never measured?

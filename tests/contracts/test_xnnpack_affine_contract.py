@@ -86,7 +86,7 @@ def test_dynamic_int4_per_group_is_off_by_exactly_the_bf16_rounding_of_its_scale
 
 
 @torch.no_grad()
-def test_weight_only_int4_miscomputes_and_is_never_proved(lowered) -> None:
+def test_weight_only_int4_miscomputes_and_qflow_says_so(lowered) -> None:
     """Measured: ExecuTorch 1.5.1 lowers a torchao weight-only int4 linear with the raw codes as
     float weights — the group scales are dropped (outputs ~60x too large). qflow never proves it."""
     case = lowered["4w-group32"]
@@ -95,9 +95,12 @@ def test_weight_only_int4_miscomputes_and_is_never_proved(lowered) -> None:
     assert _off(case.got, case.model(*case.inputs)) > 1.0
     assert _off(case.got, codes_as_weights) <= FLOAT_ROUNDING
     for target in ("xnnpack", None):
-        report = qflow.analyze(case.exported, target=target)
-        assert report.status == "unproven", str(report)
-        assert [f.kind for f in report.findings] == ["unvalidated-lowering"]
+        for program in (case.exported, case.edge.exported_program()):
+            report = qflow.analyze(program, target=target)
+            assert report.status == "violated", str(report)
+            assert [(f.kind, f.targets) for f in report.findings] == [
+                ("miscompiled-lowering", {"xnnpack": "silent miscompile"})
+            ], str(report)
     # the artifact holds float weights only: nothing quantized is left to check without the program
     assert qflow.analyze(case.pte, target="xnnpack").status == "nothing-quantized"
 
