@@ -1,0 +1,292 @@
+"""The reference facts of the TOSA artifact check, read from ExecuTorch programs: the domains the
+parent declares at a delegate's inputs and outputs, the partition's constants (weights, biases,
+tables) with their domains, and the reference PT2E program a `.pte` is checked against."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from qflow.domain import FLOAT, Domain
+from qflow.ir.fx_nodes import Consts, qdq_domain, target_name
+from qflow.targets.arm.tosa_flatbuffer import TosaProgram, TosaTensor, read
+from qflow.targets.arm.tosa_interpreter import CODE_RANGE, Activation, Anchors, Check, validate
+
+
+def _qdq(node: Any, consts: Any) -> Domain | None:
+
+    try:
+        return qdq_domain(node, consts)
+    except Exception:  # unreadable arguments: no anchor
+        return None
+
+
+def partition_anchors(ep: Any) -> Anchors:
+    """Domains the partition program (Q/DQ intact) declares, by FX node name."""
+    from qflow.ir import activations, copy_chains
+    from qflow.ops import OpClass, base_name, classify
+
+    consts = Consts(ep.graph_module, ep)
+    a = Anchors(inputs={}, outputs=[], consts={})
+    for n in ep.graph.nodes:
+        a.nodes.add(n.name)
+        if n.op != "call_function":
+            continue
+        cls = classify(target_name(n))
+        if cls is OpClass.DEQUANTIZE and n.args and hasattr(n.args[0], "op") and n.args[0].op == "placeholder":
+            d = _qdq(n, consts)
+            if d is not None:
+                a.consts.setdefault(n.args[0].name, d)
+            continue
+        if cls in (OpClass.QUANTIZE, OpClass.DEQUANTIZE):
+            continue
+        qs = [u for u in n.users if classify(target_name(u)) is OpClass.QUANTIZE]
+        dqs = [x for x in n.args if hasattr(x, "op") and classify(target_name(x)) is OpClass.DEQUANTIZE]
+        out = _qdq(qs[0], consts) if qs else None
+        inp = _qdq(dqs[0], consts) if dqs else None
+        if out is not None:
+            a.node_out[n.name] = out
+        if inp is not None:
+            a.node_in[n.name] = inp
+        a.ops[n.name] = n.target
+        name = base_name(target_name(n))
+        a.order.append((n.name, name))
+        if name in ("constant_pad_nd", "pad"):  # constant_pad_nd(x, pad, value) / pad(x, pad, mode, value)
+            k = 2 if name == "constant_pad_nd" else 3
+            v = n.args[k] if len(n.args) > k else n.kwargs.get("value")
+            mode = n.args[2] if name == "pad" and len(n.args) > 2 else n.kwargs.get("mode", "constant")
+            if mode == "constant" and isinstance(v, (int, float, type(None))):
+                a.pad_values[n.name] = float(v or 0.0)
+        # the weight domain of a conv/linear, for rewritten weight tensors
+        if len(dqs) > 1 and (d := _qdq(dqs[1], consts)) is not None:
+            a.consts.setdefault(n.name, d)
+        if out is not None and name in activations.BOUNDED:
+            if copy_chains.fuses_into_next_clamp(n):
+                continue  # FuseConsecutiveClampsPass: one CLAMP, with the next activation's
+            lo, hi = copy_chains.fused_bounds(n)  # type: ignore[misc]
+            a.activations.append(Activation(n.name, lo, hi, out))
+    return a
+
+
+def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anchors:
+    """Anchors of one delegate call: the partition's declarations plus the
+    parent's quantize (inputs) and dequantize (outputs) arguments."""
+    from qflow.ops import OpClass, classify
+
+    ep = lowered.original_module
+    a = partition_anchors(ep)
+    parent = Consts(gm, None)
+    user_inputs = list(ep.graph_signature.user_inputs)
+    fed = list(call.args[1:])
+    # the const map also covers rewritten names (aten_convolution_default → its weight)
+    declared = a.consts
+    # a constant the serializer kept under its placeholder's name; the others by content
+    a.consts = {t: declared[t] for t in prog.tensors if t in declared and t in ph_names(ep)}
+    _match_by_content(a, declared, ep, prog)
+    ph_nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    for i, ph in enumerate(user_inputs):
+        d: Domain | None = None
+        arg = fed[i] if i < len(fed) else None
+        if arg is not None and hasattr(arg, "op") and arg.op == "call_function":
+            if classify(target_name(arg)) is OpClass.QUANTIZE:
+                d = _qdq(arg, parent)
+        val = getattr(arg, "meta", {}).get("val") if arg is not None else None
+        if d is None and getattr(getattr(val, "dtype", None), "is_floating_point", False):
+            d = FLOAT
+        if d is None and ph in ph_nodes:  # fed by another delegate: the partition's own reading
+            dq = [u for u in ph_nodes[ph].users if classify(target_name(u)) is OpClass.DEQUANTIZE]
+            d = _qdq(dq[0], Consts(ep.graph_module, ep)) if dq else None
+            pval = ph_nodes[ph].meta.get("val")
+            dt = str(getattr(pval, "dtype", "")).replace("torch.", "")
+            if d is None and not dq and dt in CODE_RANGE:  # integer data nothing quantizes: real = code
+                d = Domain.quantized(dt, 1.0, 0, *CODE_RANGE[dt])
+                a.raw.add(ph)
+        a.inputs[ph] = d
+        qs = list(ph_nodes[ph].users) if ph in ph_nodes else []
+        if d is FLOAT and qs and all(classify(target_name(u)) is OpClass.QUANTIZE for u in qs):
+            doms = {_qdq(u, Consts(ep.graph_module, ep)) for u in qs}
+            if len(doms) == 1 and None not in doms:
+                a.float_inputs[ph] = doms.pop()  # type: ignore[assignment]
+    # outputs: the parent's dequantize of each getitem; else the partition's own output quantize
+    outs = ep.graph.output_node().args[0]
+    getitems: dict[int, list[Any]] = {}
+    for u in call.users:
+        if base_name_is_getitem(u) and isinstance(u.args[1], int):
+            getitems.setdefault(u.args[1], []).append(u)
+    for i, o in enumerate(outs):
+        exp: Domain | None = None
+        where = ""
+        for g in getitems.get(i, []):
+            dqs = [x for x in g.users if x.op == "call_function" and classify(target_name(x)) is OpClass.DEQUANTIZE]
+            others = [x for x in g.users if x not in dqs]
+            val = g.meta.get("val")
+            if dqs:
+                exp, where = _qdq(dqs[0], parent), f"the parent's dequantize {dqs[0].name}"
+            elif others and getattr(getattr(val, "dtype", None), "is_floating_point", False):
+                exp, where = FLOAT, f"the parent graph ({g.name} is {val.dtype}, used by {others[0].name})"
+        if exp is None and hasattr(o, "op") and classify(target_name(o)) is OpClass.QUANTIZE:
+            exp, where = _qdq(o, Consts(ep.graph_module, ep)), f"the partition's output quantize {o.name}"
+        dt = str(getattr(o.meta.get("val"), "dtype", "")).replace("torch.", "") if hasattr(o, "meta") else ""
+        if exp is None and dt in CODE_RANGE and not getitems.get(i) or exp is None and _plain(getitems.get(i, []), dt):
+            exp, where = Domain.quantized(dt, 1.0, 0, *CODE_RANGE[dt]), "the parent graph (plain integer data)"
+        a.outputs.append((exp, where))
+        if hasattr(o, "op") and o.op == "call_function" and classify(target_name(o)) is OpClass.DEQUANTIZE:
+            a.float_outputs.add(i)
+    return a
+
+
+def ph_names(ep: Any) -> set[str]:
+    return {n.name for n in ep.graph.nodes if n.op == "placeholder"}
+
+
+def _content_key(values: np.ndarray) -> tuple[int, bytes]:
+    """A constant's values up to order: TOSA permutes weights (OHWI, HWICM) and packs int4."""
+    return int(values.size), np.sort(values.astype(np.int64).reshape(-1)).tobytes()
+
+
+def _channel_keys(values: np.ndarray, channels: int) -> tuple[bytes, ...]:
+    """Each output channel's values up to order (axis 0: OIHW in PT2E, OHWI in TOSA)."""
+    rows = values.astype(np.int64).reshape(channels, -1)
+    return tuple(np.sort(r).tobytes() for r in rows)
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A quantized constant of a Q/DQ program: its name, its values up to order, its domain,
+    and for a weight (per-tensor, or per-channel on axis 0) each output channel's values up to order."""
+
+    name: str
+    key: tuple[int, bytes]
+    domain: Domain
+    channels: tuple[bytes, ...] = ()
+
+
+def constant_domains(ep: Any, only: set[str] | None = None) -> tuple[Constant, ...]:
+    """The quantized constants of a Q/DQ program (a partition, or the whole
+    PT2E program a .pte was lowered from): each dequantize of an integer
+    parameter, buffer or constant gives its codes a domain."""
+    from qflow.ops import OpClass, classify
+
+    consts = Consts(ep.graph_module, ep)
+    out = []
+    for n in ep.graph.nodes:
+        if n.op != "call_function" or classify(target_name(n)) is not OpClass.DEQUANTIZE:
+            continue
+        src = n.args[0] if n.args else None
+        if not hasattr(src, "op") or src.op not in ("placeholder", "get_attr") or (only and src.name not in only):
+            continue
+        t = consts.tensor(src)
+        d = _qdq(n, consts)
+        if t is not None and d is not None and not t.dtype.is_floating_point:
+            v = t.detach().numpy()
+            by_rows = v.ndim >= 2 and (not d.per_channel or d.axis == 0)
+            rows = _channel_keys(v, v.shape[0]) if by_rows else ()
+            out.append(Constant(src.name, _content_key(v), d, rows))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What the PT2E program a .pte was lowered from declares, for its TOSA payloads:
+    its quantized constants and its activations."""
+
+    constants: tuple[Constant, ...]
+    activations: tuple[Activation, ...]
+
+
+def reference(ep: Any) -> Reference:
+    return Reference(constant_domains(ep), tuple(partition_anchors(ep).activations))
+
+
+def link_constants(prog: TosaProgram, constants: Iterable[Constant], skip: Iterable[str] = ()) -> dict[str, Domain]:
+    """Each integer constant of the artifact, linked to the domain of the
+    quantized constant it is: the one with its name and its values, else the
+    one constant with its values (in any order: TOSA permutes weights and packs
+    int4). A single value, or values several constants share with different
+    domains, anchor nothing by content: a coincidence is too likely."""
+    by_name = {c.name: c for c in constants}
+    by_key: dict[tuple[int, bytes], set[Domain]] = {}
+    for c in constants:
+        by_key.setdefault(c.key, set()).add(c.domain)
+    out: dict[str, Domain] = {}
+    skip = set(skip)
+    for name, t in prog.tensors.items():
+        if name in skip or t.data is None or t.dtype not in ("INT8", "INT16", "INT32", "INT4"):
+            continue
+        key = _content_key(t.data)
+        named = by_name.get(name)
+        if named is not None and named.key == key:
+            out[name] = named.domain
+        elif key[0] > 1 and len(doms := by_key.get(key, set())) == 1:
+            out[name] = next(iter(doms))
+        elif key[0] > 1 and len(t.shape) >= 2 and (part := _channel_run(t, constants)) is not None:
+            out[name] = part
+    return out
+
+
+def _channel_run(t: TosaTensor, constants: Iterable[Constant]) -> Domain | None:
+    """A weight the backend split by output channels (Arm decomposes a grouped
+    conv into one CONV2D per group): the domain of the one run of consecutive
+    channels of one weight whose values it holds, channel by channel (its
+    channels' scales when per-channel). Several runs with different domains
+    anchor nothing."""
+    keys = _channel_keys(t.data, t.shape[0])  # type: ignore[arg-type]
+    m, found = len(keys), set()
+    for c in constants:
+        for k in range(len(c.channels) - m + 1):
+            if m < len(c.channels) and c.channels[k : k + m] == keys:
+                d = c.domain
+                if d.per_channel:
+                    d = Domain.quantized(d.dtype, d.scale[k : k + m], d.zero_point[k : k + m], d.qmin, d.qmax, axis=0)  # type: ignore[index]
+                found.add(d)
+    return next(iter(found)) if len(found) == 1 else None
+
+
+def _match_by_content(a: Anchors, declared: dict[str, Domain], ep: Any, prog: TosaProgram) -> None:
+    """Rewritten weights (``…_weight_ohwi`` of a linear the backend made a conv)
+    keep no PT2E name, but they are a permutation of a quantized parameter:
+    link each unnamed constant to the one parameter with the same values."""
+    constants = constant_domains(ep, only={n for n in ph_names(ep) if n in declared})
+    a.consts.update(link_constants(prog, constants, skip=a.consts))
+
+
+def _plain(getitems: list[Any], dtype: str) -> bool:
+    """The parent uses the output as integers (no dequantize): plain integer data."""
+    from qflow.ops import OpClass, classify
+
+    if dtype not in CODE_RANGE or not getitems:
+        return False
+    users = [u for g in getitems for u in g.users]
+    return not any(u.op == "call_function" and classify(target_name(u)) is OpClass.DEQUANTIZE for u in users)
+
+
+def base_name_is_getitem(n: Any) -> bool:
+    return n.op == "call_function" and "getitem" in str(n.target)
+
+
+def float_io(prog: TosaProgram) -> bool:
+    """True for an INT+FP partition whose boundary quantize/dequantize are
+    inside the delegate as float arithmetic (which qflow does not interpret)."""
+    return any(prog.tensors[n].dtype in ("FP32", "FP16", "BF16") for n in (*prog.inputs, *prog.outputs))
+
+
+def check_delegate(gm: Any, call: Any, lowered: Any) -> list[Check] | None:
+    """The artifact checks of one delegate call, or None if it is no TOSA
+    flatbuffer, or a float program that quantizes nothing at its boundary
+    (a float partition: no codes cross it, so there is no domain to prove)."""
+    if getattr(lowered, "backend_id", None) not in ("TOSABackend", "VgfBackend"):
+        return None
+    try:
+        prog = read(bytes(lowered.processed_bytes))
+    except Exception:  # a VGF blob or another payload: no TOSA flatbuffer to read
+        return None
+    anchors = delegate_anchors(gm, call, lowered, prog)
+    quantized_io = any(d is not None and not d.is_float for d in anchors.inputs.values()) or any(
+        d is not None and not d.is_float for d, _ in anchors.outputs
+    )
+    if float_io(prog) and not (quantized_io or anchors.float_inputs or anchors.float_outputs):
+        return None
+    return validate(prog, anchors)
