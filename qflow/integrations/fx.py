@@ -15,6 +15,7 @@ are only a *claim* that must equal its input domain.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -79,6 +80,7 @@ class FxAdapter:
 
         #: the targets whose rules count (a combined target's members), looked up once
         self._members = [targets.get(m) for m in self.target.members] or [self.target]
+        self._node_readers: list[Callable[[DomainGraph, fx.Node], bool]] | None = None
         self._marking = [t.lowers_only_marked for t in self._members if t.lowers_only_marked is not None]
         self._sandwich = any(t.float_unless_qdq for t in self._members)
         self._sandwich_matters: dict[str, bool] = {}  # op → can the sandwich question change its rule
@@ -237,6 +239,8 @@ class FxAdapter:
         if free or cls is OpClass.CONSTANT:
             why = "factory op" if cls is OpClass.CONSTANT else f"{dtype_name(dt)} tensor"
             self._value(node, cls, Definition(DefKind.FREE, reason=f"domain-free {why}"))
+            return
+        if cls in (OpClass.UNKNOWN, OpClass.ACTIVATION) and self._backend_reads(node):
             return
         if cls is OpClass.DELEGATE:
             self._add_delegate_call(node)
@@ -573,6 +577,13 @@ class FxAdapter:
             else:
                 weight_only = weight_only or f"weight-only-{d.dtype}"
         return dynamic or static or weight_only
+
+    def _backend_reads(self, node: fx.Node) -> bool:
+        """Does a member target's backend read `node` itself (its `read_node` hook: a kernel
+        whose folded integer arguments it checks, e.g. Cortex-M's)?"""
+        if self._node_readers is None:
+            self._node_readers = [h for t in self._members if (h := t.hook("read_node")) is not None]
+        return any(read(self.dg, node) for read in self._node_readers)
 
     def _computes_on_reals(self, node: fx.Node) -> bool:
         """Is `node` an op whose float output is computed from reals no dequantize produced?

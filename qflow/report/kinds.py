@@ -214,6 +214,19 @@ KINDS: dict[str, Kind] = {
             "Int8DynamicActivationIntxWeightConfig, which was measured right).",
         ),
         Kind(
+            "kernel-argument-mismatch",
+            "error",
+            "a backend kernel's folded integer argument does not realise the declared domain",
+            "Backends without a delegate (Cortex-M / CMSIS-NN) rewrite the program in place into kernels "
+            "that take integers folded from the program's domains: zero points or offsets, requantize "
+            "multiplier / shift pairs, activation bounds in codes. The fold records the domains it "
+            "folded on the node (input_qparams / output_qparams); this integer does not realise them, so "
+            "the kernel computes other numbers than the program declares, with no error (the bug class "
+            "of ExecuTorch PR #19676: a linear that lost its offset terms).",
+            "Find the pass that computed the argument (the message names the kernel and the argument) "
+            "and keep the declared domains and the folded integers in step.",
+        ),
+        Kind(
             "reference-needed",
             "warning",
             "a delegate payload needs the program it was lowered from to be proved",

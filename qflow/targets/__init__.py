@@ -15,6 +15,7 @@ _MODULES = {
     "generic": "qflow.targets.generic",
     "arm-tosa": "qflow.targets.arm",
     "xnnpack": "qflow.targets.xnnpack",
+    "cortex-m": "qflow.targets.cortex_m",
 }
 NAMES = tuple(_MODULES)
 DEFAULT = "generic"

@@ -121,7 +121,8 @@ class Target:
         ``refine_boundaries(lowered, inputs, outputs)`` (a delegate's real IO),
         ``add_artifact_evidence(dg, gm, call, lowered, prefix)`` (check the artifact),
         ``left_without_domain(producer, producer_op, activation) -> str`` (a finding's consequence),
-        ``predict_boundaries(program, partitioner, name) -> Report`` (before partitioning)."""
+        ``predict_boundaries(program, partitioner, name) -> Report`` (before partitioning),
+        ``read_node(dg, node) -> bool`` (read a kernel the backend emits in place, e.g. Cortex-M's)."""
         return None if self.backend is None else importlib.import_module(self.backend)
 
     def hook(self, name: str) -> Callable[..., Any] | None:

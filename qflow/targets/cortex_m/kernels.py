@@ -1,0 +1,234 @@
+"""Reading the `cortex_m::` kernels of a program after `CortexMPassManager` (issue #29).
+
+Each kernel gets integers folded from the program's domains; the fold records those domains on
+the node (`input_qparams` / `output_qparams`, as Arm's FoldAndAnnotateQParamsPass does). A kernel
+is read as a value in its declared output domain that reads its inputs in their declared
+domains (ordinary obligations on its producers), plus one obligation per folded integer that it
+realises them, by the arithmetic of the Cortex-M dialect's reference kernels
+(`executorch/backends/cortex_m/ops/operators.py`):
+
+* `requantize_cmsis(x, m, s)` multiplies by the real ratio m · 2^(s − 31);
+* `quantized_add`: each input is (q − zp) · 2^20 · ratio_i and the sum is requantized by the
+  output ratio, so ratio_i · ratio_out · 2^20 = s_i / s_out; zero points subtracted / added;
+* `quantized_mul`: ratio_out = s_a · s_b / s_out;
+* `quantized_linear`: offsets are negated zero points (input, filter) and the output zero point;
+  ratio = s_in · s_w / s_out; on MVE the bias and input offset live in `kernel_sum`;
+* `quantized_avg_pool2d`: the codes' domain is kept (its zero point and multiplier / shift
+  dequantize and requantize with themselves: a mutated one moves codes by at most one, measured);
+* `pad` / `transpose`: copies of codes; a pad with any padding writes `pad_value`;
+* an `aten.clamp` on codes (a relu folded by QuantizedClampActivationPass): bounds in codes.
+
+What a mutated integer does to the output is measured by `tests/test_cortex_m.py`; the rules
+above are what survived that measurement. Anything else is unproven, never proved.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch.fx as fx
+
+from qflow.domain import FLOAT, Domain
+from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value
+from qflow.ir.fx_nodes import quant_args_domain, target_name
+from qflow.ops import OpClass, base_name
+
+KIND = "kernel-argument-mismatch"
+#: Multipliers are 31-bit fixed point: two of them differ from the real ratio by < 2^-29.
+RATIO_TOLERANCE = 1e-6
+_SHIFT_INT8 = 20
+
+
+def ratio(multiplier: int, shift: int) -> float:
+    """The real factor CMSIS-NN's requantize applies."""
+    return multiplier * 2.0 ** (shift - 31)
+
+
+def read_node(dg: DomainGraph, node: fx.Node) -> bool:
+    """Read `node` if it is a kernel this backend emits (True), else leave it (False)."""
+    name = target_name(node)
+    op = base_name(name)
+    if name.startswith("cortex_m.") and op in _READERS:
+        _READERS[op](_Kernel(dg, node))
+        return True
+    if op == "clamp" and node.meta.get("output_qparams"):
+        _clamp(_Kernel(dg, node))
+        return True
+    return False
+
+
+class _Kernel:
+    """One kernel node: its declared domains, and the obligations it adds."""
+
+    def __init__(self, dg: DomainGraph, node: fx.Node) -> None:
+        self.dg, self.node, self.name = dg, node, node.name
+        qin, qout = node.meta.get("input_qparams") or {}, node.meta.get("output_qparams") or {}
+        self.ins = {i: quant_args_domain(q, node) for i, q in qin.items()}
+        self.out = quant_args_domain(qout[0], node) if 0 in qout else None
+
+    def arg(self, i: int) -> Any:
+        return self.node.args[i] if i < len(self.node.args) else self.node.kwargs.get(str(i))
+
+    def value(self, copies: fx.Node | None = None) -> None:
+        """The kernel's output: a fact in its declared domain (or the codes of `copies`)."""
+        if copies is not None and copies.name in self.dg.g:
+            why = f"{base_name(target_name(self.node))} copies codes"
+            d = Definition(DefKind.ALIAS, sources=(copies.name,), reason=why)
+        elif self.out is not None:
+            d = Definition(DefKind.FACT, self.out)
+        else:
+            d = Definition(DefKind.FREE, blocking=True, reason=f"{self.name} has no output_qparams to check it against")
+        self.dg.add_value(Value(self.name, target_name(self.node), OpClass.COMPUTE, d))
+
+    def reads(self, arg: int, declared: int) -> Domain | None:
+        """Input `arg` must be in the declared domain `declared`; returns that domain."""
+        src, d = self.arg(arg), self.ins.get(declared)
+        if not isinstance(src, fx.Node) or src.name not in self.dg.g:
+            return d
+        v = self.dg.value(src.name)
+        if d is not None and not v.definition.domain_free:
+            self.dg.add_use(src.name, self.name, f"args[{arg}]")
+            self.dg.oblige(
+                Obligation(ObligationKind.USE, node=self.name, value=src.name, expected=d, expected_real=False,
+                           edge=(src.name, self.name), arg=f"args[{arg}]")
+            )  # fmt: skip
+        return d
+
+    def check(self, what: str, holds: bool, detail: str) -> None:
+        self.dg.oblige(
+            Obligation(ObligationKind.STRUCTURAL, self.name, self.name, finding_kind=KIND, holds=holds,
+                       arg=what, detail=f"{self.name} {what}: {detail}.")
+        )  # fmt: skip
+
+    def zero_point(self, what: str, got: int, d: Domain | None, sign: int = 1) -> None:
+        if d is None:
+            return self.unproven(f"{what} has no declared domain", needs_reference=False)
+        want = sign * int(d.zero_point)  # type: ignore[arg-type]
+        self.check(what, got == want, f"is {got}; the declared domain {d} needs {want}")
+
+    def ratio_is(self, what: str, got: float, want: float) -> None:
+        holds = math.isfinite(want) and want > 0 and abs(got - want) <= RATIO_TOLERANCE * want
+        self.check(what, holds, f"realises the scale ratio {got:.9g}; the declared domains need {want:.9g}")
+
+    def bounds(self, lo: int, hi: int) -> None:
+        """Activation bounds: the output domain's code range, else a fused activation the
+        program after the passes does not record (unproven until checked against the program)."""
+        d = self.out
+        if d is not None and (lo, hi) == (d.qmin, d.qmax):
+            return self.check("activation bounds", True, f"[{lo}, {hi}] is the output's code range")
+        if d is not None and (lo > hi or lo < d.qmin or hi > d.qmax):
+            return self.check("activation bounds", False, f"[{lo}, {hi}] is not within the output's codes {d}")
+        self.unproven(f"activation bounds [{lo}, {hi}] cut into the output's code range: a fused activation "
+                      "the program after the passes does not record")  # fmt: skip
+
+    def unproven(self, why: str, needs_reference: bool = True) -> None:
+        """What the program after the passes does not state (a fused activation, a pad constant,
+        a bias) is unproven: the program it came from states it."""
+        blocker = f"{self.name}?{len(self.dg.obligations)}"
+        kind = "reference-needed" if needs_reference else None
+        d = Definition(DefKind.FREE, blocking=True, reason=f"{self.name}: {why}", blocks_as=kind)
+        self.dg.add_value(Value(blocker, target_name(self.node), OpClass.UNKNOWN, d))
+        self.dg.oblige(
+            Obligation(ObligationKind.USE, node=self.name, value=blocker, expected=FLOAT, expected_real=True,
+                       arg="its arguments")
+        )  # fmt: skip
+
+
+def _scale(d: Domain | None) -> float:
+    return float(d.scale) if d is not None and not d.per_channel else math.nan  # type: ignore[arg-type]
+
+
+def _add(k: _Kernel) -> None:
+    a, b = k.reads(0, 0), k.reads(4, 1)
+    k.value()
+    zp_a, m_a, sh_a, zp_b, m_b, sh_b, zp_o, m_o, sh_o, lo, hi = (k.arg(i) for i in (1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12))
+    k.zero_point("self_zero_point", zp_a, a)
+    k.zero_point("other_zero_point", zp_b, b)
+    k.zero_point("output_zero_point", zp_o, k.out)
+    out = ratio(m_o, sh_o) * 2**_SHIFT_INT8
+    k.ratio_is("self_multiplier/shift", ratio(m_a, sh_a) * out, _scale(a) / _scale(k.out))
+    k.ratio_is("other_multiplier/shift", ratio(m_b, sh_b) * out, _scale(b) / _scale(k.out))
+    k.bounds(lo, hi)
+
+
+def _mul(k: _Kernel) -> None:
+    a, b = k.reads(0, 0), k.reads(2, 1)
+    k.value()
+    k.zero_point("self_zero_point", k.arg(1), a)
+    k.zero_point("other_zero_point", k.arg(3), b)
+    k.zero_point("output_zero_point", k.arg(4), k.out)
+    k.ratio_is("output_multiplier/shift", ratio(k.arg(5), k.arg(6)), _scale(a) * _scale(b) / _scale(k.out))
+
+
+def _linear(k: _Kernel) -> None:
+    x, w = k.reads(0, 0), k.ins.get(1)
+    k.value()
+    kernel_sum = k.arg(3)
+    if kernel_sum is None:  # DSP / scalar: offsets and bias are read
+        k.zero_point("input_offset", k.arg(4), x, sign=-1)
+    k.zero_point("filter_offset", k.arg(5), w, sign=-1)
+    k.zero_point("output_offset", k.arg(6), k.out)
+    mults, shifts = k.arg(7), k.arg(8)
+    if not isinstance(mults, Sequence) or len(mults) != 1 or w is None or w.per_channel:
+        k.unproven("per-channel requantization is not read yet", needs_reference=False)
+    else:
+        k.ratio_is("requantize_multipliers/shifts", ratio(mults[0], shifts[0]), _scale(x) * _scale(w) / _scale(k.out))
+    k.bounds(k.arg(10), k.arg(9))
+    # the bias (and, on MVE, input offset × Σw) are constants whose values only the program
+    # it came from states: not proved without it
+    k.unproven("its bias / kernel_sum values need the program it came from (reference) to check")
+
+
+def _avg_pool2d(k: _Kernel) -> None:
+    d = k.reads(0, 0)
+    k.value()
+    # (its zero point and multiplier / shift dequantize and requantize with themselves: a
+    # mutated one moves codes by at most one, measured — rounding, not a domain)
+    if d is not None and k.out is not None and d != k.out:
+        k.check("output domain", False, f"the kernel keeps the codes' domain {d}, the program declares {k.out}")
+
+
+def _pad(k: _Kernel) -> None:
+    src = k.arg(0)
+    k.value(copies=src if isinstance(src, fx.Node) else None)
+    pads = [*k.arg(1), *k.arg(2)]
+    if any(pads) and isinstance(src, fx.Node):
+        d = k.dg.value(src.name).definition.domain if src.name in k.dg.g else None
+        if d is None:
+            return k.unproven("pads codes of a domain not known here", needs_reference=False)
+        holds = k.arg(3) == d.zero_point
+        k.check("pad_value", holds, f"is {k.arg(3)}; padding with 0.0 in {d} writes {d.zero_point}") if holds else (
+            k.unproven(f"pad_value {k.arg(3)} is not the zero point {d.zero_point}: a constant the program "
+                       "after the passes does not record")
+        )  # fmt: skip
+
+
+def _copy(k: _Kernel) -> None:
+    src = k.arg(0)
+    k.value(copies=src if isinstance(src, fx.Node) else None)
+
+
+def _clamp(k: _Kernel) -> None:
+    """A relu / relu6 folded onto codes: its bounds are codes of the declared domain."""
+    d = k.reads(0, 0)
+    k.value()
+    lo, hi = k.arg(1), k.arg(2)
+    if d is None or k.out != d:
+        return k.check("domain", False, f"a clamp copies codes, but declares {d} in and {k.out} out")
+    ok_lo = lo is None or lo in (d.qmin, d.zero_point)  # (none, or relu: real 0)
+    ok_hi = hi is None or hi == d.qmax
+    if not (ok_lo and ok_hi):
+        k.unproven(f"clamp bounds [{lo}, {hi}] are not a relu's in {d}: an activation the program after the "
+                   "passes does not record")  # fmt: skip
+
+
+_READERS = {
+    "quantized_add": _add,
+    "quantized_mul": _mul,
+    "quantized_linear": _linear,
+    "quantized_avg_pool2d": _avg_pool2d,
+    "pad": _pad,
+    "transpose": _copy,
+}
