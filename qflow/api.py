@@ -36,8 +36,12 @@ def domain_graph(
             what = "the .pte bytes" if pte_bytes else str(obj)
             raise InputError(f"{what}: an ExecuTorch program is read as shipped (form 'lowered'), not {form!r}")
         return pte.build(obj, _reference(reference) if reference is not None else None)
-    if reference is not None:
-        raise InputError(f"reference: applies to an ExecuTorch .pte program, not to {type(obj).__name__}")
+    read_reference = t.hook("read_reference") if reference is not None else None
+    if reference is not None and read_reference is None:
+        raise InputError(
+            f"reference: applies to an ExecuTorch .pte program, or to a program a target rewrites in place "
+            f"(cortex-m), not to {type(obj).__name__} for target {t.name}"
+        )
     from qflow.ir.quiet import library_noise
 
     with library_noise():  # (the libraries' imports and reads log what a qflow user cannot act on)
@@ -48,20 +52,24 @@ def domain_graph(
         gm, ep = graph_module_of(obj)
         if form == "annotated" or (form is None and annotated.is_annotated(gm) and not _has_qdq(gm)):
             return annotated.build(gm, t)
-        return build(gm, ep, form, t, carry)
+        return build(gm, ep, form, t, carry, read_reference(_owner(reference)) if read_reference else None)
+
+
+def _owner(reference: Any) -> Any:
+    """The ExportedProgram a `reference=` names (an ExportedProgram or a .pt2 path)."""
+    from qflow.ir.load import graph_module_of
+
+    _, owner = graph_module_of(reference)
+    if owner is None:
+        raise InputError("reference: pass the ExportedProgram the program came from (or its .pt2), not a bare graph")
+    return owner
 
 
 def _reference(reference: Any) -> Any:
     """What the PT2E program a .pte was lowered from declares (`tosa_artifact.Reference`)."""
-    from qflow.ir.load import graph_module_of
     from qflow.targets.arm import tosa_artifact
 
-    _, owner = graph_module_of(reference)
-    if owner is None:
-        raise InputError(
-            "reference: pass the ExportedProgram the .pte was lowered from (or its .pt2), not a bare graph"
-        )
-    ref = tosa_artifact.reference(owner)
+    ref = tosa_artifact.reference(_owner(reference))
     if not ref.constants and not ref.activations:
         raise InputError(f"reference {reference}: no quantized constant or activation in it (is it a PT2E program?)")
     return ref
@@ -85,15 +93,16 @@ def analyze(
     delegates nothing looks like a Q/DQ graph, so say "lowered" for it).
     `target` names the backend whose contract the program is proved against
     ("arm-tosa", "xnnpack", or an ExecuTorch partitioner object; None or
-    "generic": every shipped target at once). A lowered program's partitions
+    "generic": arm-tosa and xnnpack at once; "cortex-m"). A lowered program's partitions
     are always read by their own delegate's target.
 
-    `reference` (a .pte only): the PT2E program it was lowered from (its
-    ExportedProgram or a .pt2 path). A TOSA payload keeps its weights as bare
-    codes; each one whose values are those of exactly one quantized constant
-    of the reference takes that constant's scales, and each CLAMP must be one
-    of the reference's activations, so the artifact check can prove what
-    depends on them: that the .pte computes the reference's declared domains.
+    `reference`: the PT2E program `obj` came from (its ExportedProgram or a .pt2 path), for
+    a .pte, or for a program a target rewrites in place (cortex-m, after CortexMPassManager).
+    A TOSA payload keeps its weights as bare codes; each one whose values are those of exactly
+    one quantized constant of the reference takes that constant's scales, and each CLAMP must
+    be one of the reference's activations, so the artifact check can prove what depends on
+    them: that the .pte computes the reference's declared domains. A Cortex-M linear's bias
+    (in `kernel_sum` on MVE) is checked against the reference's quantized bias.
     """
     # one GC pause over building and proving: the graph is garbage by the time the
     # collector runs again, so it is freed by reference counting, never traversed

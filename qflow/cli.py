@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qflow import __version__
+from qflow import __version__, targets
 from qflow.errors import InputError, ProofError, QflowError
 from qflow.report.junit import render_junit
 from qflow.report.kinds import KINDS
@@ -450,10 +450,10 @@ def _add_form(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--target",
-        choices=("generic", "arm-tosa", "xnnpack"),
+        choices=targets.NAMES,
         default=None,
         help="the backend the program will be lowered to, whose measured contract decides how each op lowers a "
-        "domain change (default: generic, sound for every shipped target; a lowered program's partitions are "
+        "domain change (default: generic, arm-tosa and xnnpack at once; a lowered program's partitions are "
         "always read by their own delegate's target)",
     )
 

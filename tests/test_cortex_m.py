@@ -38,14 +38,21 @@ def _inputs() -> list[tuple[torch.Tensor]]:
 
 
 @pytest.fixture(scope="module")
-def program():
+def pipeline():
+    """(the converted PT2E program, the program after CortexMPassManager for an M55)."""
     torch.manual_seed(0)
     model, calibration = CNN().eval(), (torch.randn(1, 3, 8, 8),)
     prepared = prepare_pt2e(torch.export.export(model, calibration).module(check_guards=False), CortexMQuantizer())
     prepared(*calibration)
     exported = torch.export.export(convert_pt2e(prepared), calibration)
     edge = to_edge(exported, compile_config=cortex_m_edge_compile_config())
-    return CortexMPassManager(edge.exported_program(), target_config=CortexMTargetConfig(cpu=CortexM.M55)).transform()
+    passes = CortexMPassManager(edge.exported_program(), target_config=CortexMTargetConfig(cpu=CortexM.M55))
+    return exported, passes.transform()
+
+
+@pytest.fixture(scope="module")
+def program(pipeline):
+    return pipeline[1]
 
 
 def _values(ep, node: str) -> list[torch.Tensor]:
@@ -74,6 +81,36 @@ def test_every_kernel_is_read_and_only_the_bias_waits_for_the_reference(program)
     assert report.status == "unproven", str(report)  # not proved: the bias lives in kernel_sum
     [finding] = report.findings
     assert finding.kind == "reference-needed" and "kernel_sum" in finding.message
+
+
+def test_with_the_program_it_came_from_it_proves(pipeline) -> None:
+    reference, program = pipeline
+    report = qflow.analyze(program, target="cortex-m", reference=reference)
+    assert report.status == "proved", str(report)
+
+
+def _with_constant(ep, placeholder: str, value: torch.Tensor):
+    ep = copy.deepcopy(ep)
+    key = next(s.target for s in ep.graph_signature.input_specs if s.arg.name == placeholder)
+    (ep.constants if key in ep.constants else ep.state_dict)[key].copy_(value)
+    return ep
+
+
+@torch.no_grad()
+def test_a_kernel_sum_that_lost_its_offset_term_is_an_error(pipeline) -> None:
+    """ExecuTorch PR #19676's bug class: a linear whose kernel_sum lost input_offset × Σw."""
+    reference, program = pipeline
+    [linear] = [n for n in program.graph.nodes if "quantized_linear" in str(n.target)]
+    kernel_sum, weights = linear.args[3], linear.args[1]
+    state = {**program.state_dict, **program.constants}
+    sig = {s.arg.name: s.target for s in program.graph_signature.input_specs}
+    offset = int(linear.args[4]) * state[sig[weights.name]].to(torch.int32).sum(dim=1)
+    broken = _with_constant(program, kernel_sum.name, state[sig[kernel_sum.name]] - offset)
+    moved = max(float((broken.module()(*x) - program.module()(*x)).abs().max()) for x in _inputs())
+    assert moved > 0.05  # measured: 0.44 on the first input
+    report = qflow.analyze(broken, target="cortex-m", reference=reference)
+    assert [(f.kind, f.node) for f in report.errors] == [("kernel-argument-mismatch", linear.name)], str(report)
+    assert "kernel_sum" in report.errors[0].message
 
 
 #: The folded integers (by the kernel schema's argument names), and a relu's code bounds.

@@ -29,7 +29,7 @@ class QflowPass(PassBase):
 
     `target` is the backend the program is about to be lowered to: a target
     name, or the partitioner object itself (its backend's target); None checks
-    against every shipped target."""
+    against every shipped delegate target (arm-tosa and xnnpack)."""
 
     def __init__(self, mode: str = "check", objective: str = "count", target: Any = None) -> None:
         super().__init__()

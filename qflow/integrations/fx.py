@@ -67,7 +67,13 @@ _FLOAT_FACT = float_fact()
 
 class FxAdapter:
     def __init__(
-        self, gm: fx.GraphModule, ep: Any | None, form: str, target: Target | None = None, carry: bool = True
+        self,
+        gm: fx.GraphModule,
+        ep: Any | None,
+        form: str,
+        target: Target | None = None,
+        carry: bool = True,
+        reference: Any = None,
     ) -> None:
         if form not in FORMS:
             raise InputError(f"unknown form {form!r}; expected one of {FORMS}")
@@ -80,7 +86,9 @@ class FxAdapter:
 
         #: the targets whose rules count (a combined target's members), looked up once
         self._members = [targets.get(m) for m in self.target.members] or [self.target]
-        self._node_readers: list[Callable[[DomainGraph, fx.Node], bool]] | None = None
+        self._node_readers: list[Callable[..., bool]] | None = None
+        #: what the program this one came from declares, as the target's backend read it
+        self.reference = reference
         self._marking = [t.lowers_only_marked for t in self._members if t.lowers_only_marked is not None]
         self._sandwich = any(t.float_unless_qdq for t in self._members)
         self._sandwich_matters: dict[str, bool] = {}  # op → can the sandwich question change its rule
@@ -583,7 +591,7 @@ class FxAdapter:
         whose folded integer arguments it checks, e.g. Cortex-M's)?"""
         if self._node_readers is None:
             self._node_readers = [h for t in self._members if (h := t.hook("read_node")) is not None]
-        return any(read(self.dg, node) for read in self._node_readers)
+        return any(read(self.dg, node, self.consts, self.reference) for read in self._node_readers)
 
     def _computes_on_reals(self, node: fx.Node) -> bool:
         """Is `node` an op whose float output is computed from reals no dequantize produced?
@@ -852,10 +860,12 @@ def build(
     form: str | None = None,
     target: Target | str | None = None,
     carry: bool = True,
+    reference: Any = None,
 ) -> DomainGraph:
     """The domain graph of an FX graph module (optionally with its ExportedProgram),
     read by `target`'s contract (None: the generic target). `carry=False`
     obliges every requant a code copy drops on its own (`copy_chains`): the
     graph a repair is planned on, so that no requant it inserts is read
-    through a chain it leaves in place."""
-    return FxAdapter(gm, ep, form or detect_form(gm), get_target(target), carry).build()
+    through a chain it leaves in place. `reference`: what the program this one was
+    rewritten from declares, as the target's backend reads it (`read_reference`)."""
+    return FxAdapter(gm, ep, form or detect_form(gm), get_target(target), carry, reference).build()

@@ -1,4 +1,5 @@
-"""The generic target: sound for every shipped target at once.
+"""The generic target: sound for every shipped delegate target at once (arm-tosa, xnnpack;
+cortex-m rewrites programs in place and is named on its own).
 
 An obligation holds only if it holds on all of them: each op takes the
 strictest rule any target applies, activations fuse only where that is exact
@@ -18,7 +19,7 @@ def combine(name: str, members: list[Target]) -> Target:
     fusion = Fusion.NARROW_QMIN if any(t.fusion is Fusion.NARROW_QMIN for t in members) else Fusion.EXACT_ONLY
     return Target(
         name=name,
-        description="every shipped target at once: " + ", ".join(t.name for t in members),
+        description="every shipped delegate target at once: " + ", ".join(t.name for t in members),
         op_rules=rules,
         fusion=fusion,
         int16_zero_point_zero=any(t.int16_zero_point_zero for t in members),

@@ -12,7 +12,8 @@ realises them, by the arithmetic of the Cortex-M dialect's reference kernels
   output ratio, so ratio_i · ratio_out · 2^20 = s_i / s_out; zero points subtracted / added;
 * `quantized_mul`: ratio_out = s_a · s_b / s_out;
 * `quantized_linear`: offsets are negated zero points (input, filter) and the output zero point;
-  ratio = s_in · s_w / s_out; on MVE the bias and input offset live in `kernel_sum`;
+  ratio = s_in · s_w / s_out; the bias (on MVE folded into `kernel_sum` with input_offset · Σw)
+  is checked against the program it came from (`reference=`), else unproven;
 * `quantized_avg_pool2d`: the codes' domain is kept (its zero point and multiplier / shift
   dequantize and requantize with themselves: a mutated one moves codes by at most one, measured);
 * `pad` / `transpose`: copies of codes; a pad with any padding writes `pad_value`;
@@ -26,13 +27,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.fx as fx
 
 from qflow.domain import FLOAT, Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value
-from qflow.ir.fx_nodes import quant_args_domain, target_name
+from qflow.ir.fx_nodes import Consts, quant_args_domain, target_name
 from qflow.ops import OpClass, base_name
 
 KIND = "kernel-argument-mismatch"
@@ -46,15 +49,58 @@ def ratio(multiplier: int, shift: int) -> float:
     return multiplier * 2.0 ** (shift - 31)
 
 
-def read_node(dg: DomainGraph, node: fx.Node) -> bool:
+@dataclass(frozen=True)
+class Linear:
+    """A quantized linear of the program before the passes: its weight codes and zero point, and
+    its bias codes (int32, in the input scale × weight scale)."""
+
+    weight: torch.Tensor
+    weight_zero_point: int
+    bias: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What the PT2E program a Cortex-M program was rewritten from declares, for the checks
+    the rewritten one cannot decide alone."""
+
+    linears: tuple[Linear, ...]
+
+    def linear(self, weight: torch.Tensor) -> Linear | None:
+        """The one linear whose weight codes are `weight`'s (None: none, or several)."""
+        hits = [lin for lin in self.linears if lin.weight.shape == weight.shape and torch.equal(lin.weight, weight)]
+        return hits[0] if len(hits) == 1 else None
+
+
+def read_reference(ep: Any) -> Reference:
+    """The converted PT2E program's linears: linear(DQ(x), DQ(int8 weight), DQ(int32 bias))."""
+    consts = Consts(ep.graph_module, ep)
+
+    def codes(n: Any) -> tuple[torch.Tensor | None, int]:
+        if not isinstance(n, fx.Node) or "dequantize_per_tensor" not in target_name(n):
+            return None, 0
+        src = n.args[0]
+        return (consts.tensor(src) if isinstance(src, fx.Node) else None), int(n.args[2])
+
+    linears = []
+    for n in ep.graph.nodes:
+        if n.op == "call_function" and base_name(target_name(n)) == "linear" and len(n.args) >= 2:
+            weight, zp = codes(n.args[1])
+            bias = codes(n.args[2])[0] if len(n.args) > 2 else None
+            if weight is not None:
+                linears.append(Linear(weight, zp, bias))
+    return Reference(tuple(linears))
+
+
+def read_node(dg: DomainGraph, node: fx.Node, consts: Consts, reference: Reference | None) -> bool:
     """Read `node` if it is a kernel this backend emits (True), else leave it (False)."""
     name = target_name(node)
     op = base_name(name)
     if name.startswith("cortex_m.") and op in _READERS:
-        _READERS[op](_Kernel(dg, node))
+        _READERS[op](_Kernel(dg, node, consts, reference))
         return True
     if op == "clamp" and node.meta.get("output_qparams"):
-        _clamp(_Kernel(dg, node))
+        _clamp(_Kernel(dg, node, consts, reference))
         return True
     return False
 
@@ -62,8 +108,9 @@ def read_node(dg: DomainGraph, node: fx.Node) -> bool:
 class _Kernel:
     """One kernel node: its declared domains, and the obligations it adds."""
 
-    def __init__(self, dg: DomainGraph, node: fx.Node) -> None:
+    def __init__(self, dg: DomainGraph, node: fx.Node, consts: Consts, reference: Reference | None) -> None:
         self.dg, self.node, self.name = dg, node, node.name
+        self.consts, self.reference = consts, reference
         qin, qout = node.meta.get("input_qparams") or {}, node.meta.get("output_qparams") or {}
         self.ins = {i: quant_args_domain(q, node) for i, q in qin.items()}
         self.out = quant_args_domain(qout[0], node) if 0 in qout else None
@@ -176,9 +223,43 @@ def _linear(k: _Kernel) -> None:
     else:
         k.ratio_is("requantize_multipliers/shifts", ratio(mults[0], shifts[0]), _scale(x) * _scale(w) / _scale(k.out))
     k.bounds(k.arg(10), k.arg(9))
-    # the bias (and, on MVE, input offset × Σw) are constants whose values only the program
-    # it came from states: not proved without it
-    k.unproven("its bias / kernel_sum values need the program it came from (reference) to check")
+    _bias(k, x, w, kernel_sum)
+
+
+def _bias(k: _Kernel, x: Domain | None, w: Domain | None, kernel_sum: Any) -> None:
+    """The bias is a constant only the program before the passes states. On MVE it is folded
+    with the offsets into kernel_sum = bias + input_offset · Σw + input_offset · filter_offset · K
+    (the reference kernel adds filter_offset · Σx at run time); elsewhere the bias is read."""
+    weights = k.arg(1)
+    w_codes = k.consts.tensor(weights) if isinstance(weights, fx.Node) else None
+    ref = k.reference.linear(w_codes) if k.reference is not None and w_codes is not None else None
+    if ref is None:
+        why = (
+            "no linear of the program it came from has these weight codes"
+            if k.reference
+            else ("pass the program it came from (reference=)")
+        )
+        return k.unproven(f"its bias{' / kernel_sum' if kernel_sum is not None else ''} values need the program "
+                          f"it came from to check: {why}")  # fmt: skip
+    if x is None or w is None:
+        return k.unproven("its input or weight has no declared domain", needs_reference=False)
+    rows = w_codes.to(torch.int64)
+    zeros = torch.zeros(rows.shape[0], dtype=torch.int64)
+    want = ref.bias.to(torch.int64).reshape(-1) if ref.bias is not None else zeros
+    if kernel_sum is not None:
+        io, fo = -int(x.zero_point), -int(w.zero_point)  # type: ignore[arg-type]
+        want = want + io * rows.sum(dim=1) + io * fo * rows.shape[1]
+        got, what = k.consts.tensor(kernel_sum), "kernel_sum"
+    else:
+        got, what = (k.consts.tensor(k.arg(2)) if isinstance(k.arg(2), fx.Node) else None), "bias"
+    if got is None:
+        return k.unproven(f"its {what} is not a constant qflow can read", needs_reference=False)
+    got = got.to(torch.int64).reshape(-1)
+    holds = got.shape == want.shape and torch.equal(got, want)
+    off = int((got - want).abs().max()) if got.shape == want.shape else -1
+    how = "" if holds else f" by up to {off} (accumulator codes)" if off >= 0 else f": shape {tuple(got.shape)}"
+    terms = " + input_offset · Σw" if kernel_sum is not None else ""
+    k.check(what, holds, f"{'equals' if holds else 'differs from'} the reference's bias{terms}{how}")
 
 
 def _avg_pool2d(k: _Kernel) -> None:
