@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from qflow.domain import FLOAT, Domain
+from qflow.domain import DTYPE_RANGE, FLOAT, Domain
 from qflow.targets.arm.tosa_flatbuffer import NUMPY_DTYPES, QDTYPES, TosaOp, TosaProgram
 
 
@@ -85,15 +85,7 @@ class Dom:
         return f"{self.dtype} scale={self.scale:.6g} zp={self.zp}"
 
 
-CODE_RANGE = {
-    "int4": (-8, 7),
-    "int8": (-128, 127),
-    "uint8": (0, 255),
-    "int16": (-32768, 32767),
-    "uint16": (0, 65535),
-    "int32": (-(2**31), 2**31 - 1),
-    "int48": (-(2**47), 2**47 - 1),
-}
+CODE_RANGE = {**DTYPE_RANGE, "int48": (-(2**47), 2**47 - 1)}  # (TOSA's 48-bit accumulator too)
 
 
 _NARROW = {"int4", "int8", "uint8", "int16", "uint16"}
