@@ -74,8 +74,9 @@ KINDS: dict[str, Kind] = {
             "(0.39 %) of it. Measured (torchao 8da4w linear, group 32, on the ExecuTorch runtime): the "
             "delegate's output differs from the quantized eager model's by 0.3 % of the output range, and "
             "equals the eager model's with bf16-rounded scales to 5e-7. A rounding, not a domain error.",
-            "Nothing to fix. For bit-exact weights use per-channel scales (a group size equal to the input "
-            "size), which XNNPACK keeps in float32.",
+            "Nothing to fix. For weights XNNPACK computes with float32 scales use int8 per-channel weights "
+            "(measured within float rounding); int4 weights keep bf16 scales even per channel (XNNPACK "
+            "stores them as one group per row, measured).",
         ),
         Kind(
             "masked-by-constant",
