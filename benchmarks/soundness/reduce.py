@@ -26,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent.parent)]
 
 import case  # noqa: E402
+import summary  # noqa: E402
 from gen import SpecModel, describe, generate  # noqa: E402
 
 Spec = dict[str, Any]
@@ -36,9 +37,10 @@ def mismatch(rec: dict[str, Any], form: str = "pre") -> str | None:
     v = rec.get("qflow", {}).get(form, {}).get("verdict")
     if (rec.get("repair") or {}).get("status") == "crash":
         return "repair-crash"
-    if rec.get("outcome") == "miscompile" and v != "error":
+    t = summary.truth(rec)  # (the campaign's one scoring rule: per output, the capped band)
+    if t == "miscompile" and v != "error":
         return "miss"
-    if rec.get("outcome") == "exact" and v == "error":
+    if t == "exact" and v == "error":
         return "false-alarm"
     return None
 
@@ -116,7 +118,7 @@ def reduce(
     rec = case.run_case(cid, spec=spec, repair=repair)
     found = mismatch(rec, form)
     if found is None or (kind != "auto" and found != kind):
-        raise SystemExit(f"{cid}: no {kind} to reduce (outcome {rec.get('outcome')}, verdict {rec.get('verdict')})")
+        raise SystemExit(f"{cid}: no {kind} to reduce (truth {summary.truth(rec)}, verdict {rec.get('verdict')})")
     log(f"{cid}: {found}, {len(spec['ops'])} ops")
     progress = True
     while progress:
