@@ -154,15 +154,19 @@ def render(data: dict) -> str:
             got = measured_rule(by) if by else ""
             cells.append(f"**{got}**" if by else "")
             contract = targets.get(t.split("+")[0])
-            rule = contract.rule(op)
+            # (the rule of the op whose output was moved: the last of a decomposition)
+            moved = next((r.get("moved") for r in by.values() if r.get("moved")), op)
+            rule = contract.rule(moved)
             if rule is None:
-                cls = classify(op)
+                cls = classify(moved)
                 default = (
                     "RESCALE" if cls is OpClass.COMPUTE else "CODE_COPY" if cls is OpClass.PASSTHROUGH else cls.value
                 )
                 shown = f"({default})"
             else:
                 default, shown = rule.name, rule.name
+            if moved != op:
+                shown += f" `{moved}`"
             if by and got not in (default, "ZP_ONLY/CODE_COPY", "(scale pending)") and "zp" in by:
                 shown += " ≠"
             cells.append(shown)
@@ -171,7 +175,9 @@ def render(data: dict) -> str:
         "",
         "*measured*: the rule the outcomes show. *rule*: the target's `op_rules` entry; in parentheses the",
         "PT2E default from `qflow.ops` (compute → RESCALE, pass-through/activation → CODE_COPY); ≠ marks a",
-        "disagreement with the measurement.",
+        "disagreement with the measurement. Where the quantizer annotates a decomposition of the op",
+        "(Arm: layer_norm, group_norm, var, log_softmax, sdpa; torch.export ends a 4-d matmul with a view),",
+        "the probe moves the output of the decomposition's last op, named after the rule.",
         "",
     ]
     frows = [r for r in rows if r["case"] in fusion]
@@ -203,6 +209,12 @@ def render(data: dict) -> str:
         "  (`_arm_annotation_info`), so the INT partitioner leaves it on the CPU in float — predicted by the",
         "  target's `lowers_only_marked`, not by its op rule; when marked it is a clamp like hardtanh (CODE_COPY).",
         "- arm-tosa+int16 (a16w8, zero point 0): only the scale moves; every op keeps its int8 behaviour.",
+        "  Stock a16w8 transformer rows that compute wrong (issue #30): layer_norm, group_norm (0 or 2 LSB",
+        "  depending on the batch's inputs), log_softmax, log and sdpa. They are not in",
+        "  `Target.validated['int16']`, so qflow calls such a program unproven (`unvalidated-lowering`)",
+        "  before partitioning; at int8 every transformer row computes right.",
+        "- arm-tosa `rms_norm`: the stock quantizer annotates its output but does not mark it quantized, so",
+        "  it stays on the CPU in float (`lowers_only_marked`).",
         "- xnnpack: the stock `XNNPACKQuantizer` quantizes only conv/linear/add/mul/cat/adaptive_avg_pool2d",
         "  here (shared-qspec ops only after a quantized producer); every other op is measured with the probe's",
         "  int8 annotation (†). A refusal names the XNNPACK node the runtime could not create.",

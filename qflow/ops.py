@@ -37,7 +37,7 @@ split_with_sizes_copy chunk unbind unbind_copy getitem max_pool2d max_pool1d
 max_pool3d max_pool2d_with_indices adaptive_max_pool2d repeat tile flip
 pixel_shuffle pixel_unshuffle index_select gather index unfold unfold_copy
 unflatten movedim moveaxis amax amin dropout _clone_dim_order
-lift_fresh_copy constant_pad_nd pad as_strided_copy narrow roll
+lift_fresh_copy constant_pad_nd pad as_strided_copy narrow roll where masked_fill
 """.split()
 
 _ACTIVATION = "relu relu_ relu6 hardtanh hardtanh_ clamp clamp_ clamp_min clamp_max".split()
@@ -48,7 +48,7 @@ addmm baddbmm add add_ sub sub_ mul mul_ div div_ rsub neg abs softmax _softmax
 log_softmax _log_softmax mean sum avg_pool2d avg_pool1d adaptive_avg_pool2d
 adaptive_avg_pool1d sigmoid tanh exp log sqrt rsqrt pow reciprocal gelu silu
 hardswish hardsigmoid leaky_relu elu erf sin cos asin acos atan atanh layer_norm
-group_norm batch_norm native_layer_norm native_group_norm
+group_norm rms_norm batch_norm native_layer_norm native_group_norm
 _native_batch_norm_legit_no_training _native_batch_norm_legit upsample_nearest2d
 upsample_bilinear2d maximum minimum var var_mean prelu
 eq ne lt le gt ge bitwise_and bitwise_or logical_and logical_or logical_not
@@ -64,7 +64,7 @@ choose_qparams_affine""".split()
 _CONSTANT = """
 full full_like zeros zeros_like ones ones_like scalar_tensor arange eye linspace
 empty empty_like fill fill_ new_full new_zeros new_ones rand randn _tensor_constant
-access_subclass_inner_tensor
+access_subclass_inner_tensor alloc
 """.split()
 
 _TABLE: dict[str, OpClass] = {}
@@ -81,9 +81,23 @@ for _names, _cls in (
         _TABLE[_n] = _cls
 _TABLE["executorch_call_delegate"] = OpClass.DELEGATE
 
-#: Ops whose tensor arguments all share one domain with the output (cat's list,
-#: where's two branches): every input beyond the first is an obligation.
+#: Ops whose tensor arguments all share one domain with the output (cat's list):
+#: every input beyond the first is an obligation.
 MULTI_INPUT_IDENTITY = frozenset({"cat", "concat", "concatenate", "stack"})
+#: Ops that select codes from some of their arguments, by position: where's two
+#: branches share the output's domain, its condition (a bool mask) carries none.
+SELECT_INPUTS: dict[str, tuple[int, ...]] = {"where": (1, 2)}
+
+
+def code_sources(name: str, args: tuple[object, ...] | list[object]) -> list[object]:
+    """The arguments whose codes pass-through op `name` copies into its output: cat's
+    list, where's two branches, else the first argument."""
+    if name in MULTI_INPUT_IDENTITY:
+        first = args[0] if args else None
+        return list(first) if isinstance(first, (list, tuple)) else []
+    if name in SELECT_INPUTS:
+        return [args[i] for i in SELECT_INPUTS[name] if i < len(args)]
+    return list(args[:1])
 
 
 @lru_cache(maxsize=4096)

@@ -39,6 +39,7 @@ from qflow.ir import activations, copy_chains, delegate
 from qflow.ir.fx_nodes import (
     SLICES,
     Consts,
+    all_float_outputs,
     arg_label,
     detect_form,
     dtype_name,
@@ -53,7 +54,7 @@ from qflow.ir.fx_nodes import (
     val_dtype,
     val_of,
 )
-from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify
+from qflow.ops import MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name, classify, code_sources
 from qflow.targets import OpRule, Target
 from qflow.targets import get as get_target
 from qflow.targets.contract import STRICTNESS, Outcome
@@ -374,7 +375,8 @@ class FxAdapter:
 
     def _single_copy(self, node: fx.Node) -> bool:
         """Does the target lower `node` as a copy of its one tensor input's codes?"""
-        return self._any_copy(node) and base_name(target_name(node)) not in MULTI_INPUT_IDENTITY
+        name = base_name(target_name(node))
+        return self._any_copy(node) and name not in MULTI_INPUT_IDENTITY and name not in SELECT_INPUTS
 
     def _any_copy(self, node: fx.Node) -> bool:
         """Does the target lower `node` as a copy of its inputs' codes (cat and stack included)?"""
@@ -490,13 +492,8 @@ class FxAdapter:
     # -- everything else: Q/DQ form ----------------------------------------------------
     def _identity_sources(self, node: fx.Node) -> list[fx.Node]:
         """Tensor inputs that carry codes into a pass-through op's output."""
-        name = base_name(target_name(node))
-        if name in MULTI_INPUT_IDENTITY:
-            arg = node.args[0] if node.args else None
-            srcs = [a for a in arg if isinstance(a, fx.Node)] if isinstance(arg, (list, tuple)) else []
-        else:
-            srcs = [node.args[0]] if node.args and isinstance(node.args[0], fx.Node) else []
-        return [s for s in srcs if s.name in self.dg.g]
+        srcs = code_sources(base_name(target_name(node)), node.args)
+        return [s for s in srcs if isinstance(s, fx.Node) and s.name in self.dg.g]
 
     def _add_identity(self, node: fx.Node, cls: OpClass, claim: Domain | None) -> None:
         srcs = self._identity_sources(node)
@@ -597,7 +594,7 @@ class FxAdapter:
         """Is `node` an op whose float output is computed from reals no dequantize produced?
         A backend runs an op on integer codes only when it reads dequantized codes, so whatever
         the op is (aten.rms_norm, a custom kernel), every lowering computes it on reals."""
-        if node.op != "call_function" or not is_float(node):
+        if node.op != "call_function" or not all_float_outputs(node):
             return False
         for _, _, a in tensor_args(node):
             if not (is_float(a) or self._domain_free(a)):

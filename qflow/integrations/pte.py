@@ -37,7 +37,7 @@ from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
 from qflow.ir.pte_tables import PROGRAM_NS, as_table, table, union_names
-from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify
+from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify, code_sources
 from qflow.targets.arm import tosa_io
 from qflow.targets.arm.vela import ELEM_DTYPE, io_elem_sizes
 
@@ -643,7 +643,7 @@ class _Builder:
 
     def identity(self, call: Call, name: str, out: int, cls: OpClass, base: str, ins: list[int]) -> None:
         """An integer pass-through kernel on the CPU copies codes (a view of a delegate's int8 output)."""
-        srcs = ins if base in MULTI_INPUT_IDENTITY else ins[:1]
+        srcs = ins if base in MULTI_INPUT_IDENTITY else code_sources(base, ins)
         defining = [self.names[i] for i in srcs if i in self.names and not self.skip(self.names[i])]
         if not defining:
             self.add(out, name, call.name, cls, Definition(DefKind.FREE, reason="copy of a constant"))

@@ -132,6 +132,15 @@ def is_float(node: fx.Node) -> bool:
     return dt is not None and dt.is_floating_point
 
 
+def all_float_outputs(node: fx.Node) -> bool:
+    """Is every tensor `node` returns floating point (one tensor, or a tuple: aten.lstm's
+    output and states)?"""
+    v = val_of(node)
+    leaves = list(v) if isinstance(v, (tuple, list)) else [v]
+    dtypes = [getattr(t, "dtype", None) for t in leaves if t is not None]
+    return bool(dtypes) and all(d is not None and d.is_floating_point for d in dtypes)
+
+
 class Consts:
     """Resolves scale / zero-point arguments given as literals or tensor nodes."""
 

@@ -62,7 +62,7 @@ def table(backend: probe.Backend, custom_forced: bool) -> dict[tuple[str, str], 
 
 def check(table: dict[tuple[str, str], probe.Measurement], target: str, case: probe.Case) -> None:
     stock, zp, scale = (table[(case.name, v)] for v in probe.VARIANTS)
-    rule = expected_rule(target, case.op)
+    rule = expected_rule(target, stock.moved or case.op)
     where = f"{target} {case.name} (rule {rule.name}): " + ", ".join(
         f"{m.variant}={m.outcome} {m.lsb} {m.detail}".strip() for m in (stock, zp, scale)
     )

@@ -89,6 +89,33 @@ class _LinearReluCat(torch.nn.Module):
         return torch.cat([torch.relu(self.linear(x)), y], -1)
 
 
+class _LayerNorm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x)
+
+
+class _RMSNorm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.RMSNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x)
+
+
+class _GroupNorm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.GroupNorm(2, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x)
+
+
 class _Carried(torch.nn.Module):
     """``op(x + c)``: puts a lone no-op node into a partition with a compute op."""
 
@@ -102,6 +129,8 @@ class _Carried(torch.nn.Module):
 
 X4 = (1, 4, 8, 8)
 X2 = (2, 8)
+#: Attention heads: (batch, heads, tokens, head dim).
+HEADS = (1, 2, 8, 16)
 
 
 @dataclass(frozen=True)
@@ -170,6 +199,19 @@ CASES: tuple[Case, ...] = (
     Case("rsqrt", "rsqrt", _f(torch.rsqrt), positive=True),
     Case("reciprocal", "reciprocal", _f(torch.reciprocal), positive=True),
     Case("bmm", "bmm", _f(torch.bmm), ((2, 8, 16), (2, 16, 8))),
+    # transformer ops (issue #30): norms, gated activations, masks, attention
+    Case("layer_norm", "layer_norm", _LayerNorm),
+    Case("rms_norm", "rms_norm", _RMSNorm),
+    Case("group_norm", "group_norm", _GroupNorm),
+    Case("var", "var", _f(lambda x: x.var(dim=-1, keepdim=True))),
+    Case("log_softmax", "log_softmax", _f(lambda x: torch.log_softmax(x, -1))),
+    Case("silu", "silu", _f(F.silu)),
+    Case("where", "where", _f(lambda x, y: torch.where(x > 0, x, y)), (X4, X4)),
+    Case("gt", "gt", _f(lambda x, y: torch.where(x > y, x, y)), (X4, X4)),
+    Case("log", "log", _f(torch.log), positive=True),
+    Case("masked_fill", "masked_fill", _f(lambda x, y: x.masked_fill(y > 0.5, -1.0)), (X4, X4)),
+    Case("matmul(4d)", "matmul", _f(torch.matmul), (HEADS, (1, 2, 16, 8))),
+    Case("sdpa", "scaled_dot_product_attention", _f(F.scaled_dot_product_attention), (HEADS, HEADS, HEADS)),
     Case("conv2d", "conv2d", _Conv),
     Case("linear", "linear", _Linear, (X2,)),
 )
@@ -222,6 +264,8 @@ _ALIASES = {
     "squeeze": {"squeeze"},
     "unsqueeze": {"unsqueeze"},
     "softmax": {"softmax", "_softmax"},
+    "log_softmax": {"log_softmax", "_log_softmax"},
+    "masked_fill": {"masked_fill", "where"},  # (the edge dialect's masked_fill is a where)
     "clamp": {"clamp", "clamp_min", "clamp_max"},
     "relu6": {"relu6", "hardtanh"},
     "add": {"add"},
@@ -319,6 +363,10 @@ class Measurement:
     custom_meta: dict = field(default_factory=dict)
     #: (scale, zero point) of the branch's output quantize as the quantizer chose it.
     out_qparams: tuple[float, int] | None = None
+    #: The op whose output domain the variants move: the case's op, or the last op of the
+    #: decomposition the quantizer annotated instead (Arm decomposes layer_norm, sdpa, ...;
+    #: torch.export ends a 4-d matmul with a view).
+    moved: str = ""
     #: The programs this measurement ran (shared by a batch) and the case's branch in them.
     programs: Programs | None = field(default=None, repr=False)
     branch: int = -1
@@ -335,6 +383,7 @@ class Measurement:
             "quantizer": self.quantizer,
             "detail": self.detail,
             "out_qparams": self.out_qparams,
+            "moved": self.moved,
             "custom_meta": {k: dict(v) if isinstance(v, dict) else repr(v) for k, v in self.custom_meta.items()},
         }
 
@@ -592,8 +641,9 @@ class _OpAnnotatingQuantizer:
                     tensors = [
                         a for a in node.all_input_nodes if "val" in a.meta and a.meta["val"].dtype.is_floating_point
                     ]
-                    if not tensors:
-                        continue
+                    val = node.meta.get("val")
+                    if not tensors or not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point:
+                        continue  # (a comparison's bool output holds no codes)
                     shared = classify(_base(node.target)) in (OpClass.PASSTHROUGH, OpClass.ACTIVATION)
                     out = SharedQuantizationSpec((tensors[0], node)) if shared else act
                     node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(
@@ -802,12 +852,13 @@ def measure_batch(
     model = _Batch(cases, carried)
     samples = [batch_inputs(cases, carried, seed) for seed in range(3)]
     converted, how = backend.quantize_batch(cases, model, samples, custom)
-    metas, qparams = [], []
+    metas, qparams, moved = [], [], []
     for i in range(len(cases)):
         q = branch_q(converted, i)
         qparams.append((float(q.args[1]), int(q.args[2])) if q is not None else None)
         op = q.args[0] if q is not None else None
         metas.append(dict(op.meta.get("custom") or {}) if isinstance(op, torch.fx.Node) else {})
+        moved.append(_base(op.target) if isinstance(op, torch.fx.Node) and op.op == "call_function" else "")
     gm, quantized = move_branch_domains(converted, variant)
     with torch.no_grad():
         reference = [list(gm(*s)) for s in samples]
@@ -844,6 +895,7 @@ def measure_batch(
         m.programs, m.branch = programs, i
         m.custom_meta = metas[i]
         m.out_qparams = qparams[i]
+        m.moved = moved[i]
         if not quantized[i] and variant != "stock":
             m.outcome = NOT_QUANTIZED
             continue

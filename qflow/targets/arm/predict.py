@@ -34,7 +34,7 @@ from qflow.domain import Domain
 from qflow.errors import InputError
 from qflow.ir.delegate import ITEMSIZE, byte_factor, compatible
 from qflow.ir.fx_nodes import Consts, dtype_name, qdq_domain, target_name
-from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify
+from qflow.ops import OpClass, base_name, classify, code_sources
 from qflow.report.kinds import kind
 from qflow.report.model import Finding, Report
 
@@ -77,10 +77,8 @@ def _cls(n: fx.Node) -> OpClass:
 def _source(n: fx.Node) -> fx.Node | None:
     """The tensor a pass-through op copies its codes from (cat: the first input,
     whose qparams the fold keeps)."""
-    arg = n.args[0] if n.args else None
-    if base_name(target_name(n)) in MULTI_INPUT_IDENTITY and isinstance(arg, (list, tuple)):
-        arg = arg[0] if arg else None
-    return arg if isinstance(arg, fx.Node) else None
+    srcs = code_sources(base_name(target_name(n)), n.args)
+    return srcs[0] if srcs and isinstance(srcs[0], fx.Node) else None
 
 
 def _dtype(n: fx.Node) -> str | None:

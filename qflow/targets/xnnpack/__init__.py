@@ -29,6 +29,10 @@ TARGET = Target(
         "sum": OpRule.CPU_FLOAT,
         "upsample_nearest2d": OpRule.CPU_FLOAT,
         "reciprocal": OpRule.CPU_FLOAT,
+        # Not delegated at all (XNNPACK has no select): where, and masked_fill, which the edge
+        # dialect turns into a where, stay on the CPU in float (probe, custom int8 annotation).
+        "where": OpRule.CPU_FLOAT,
+        "masked_fill": OpRule.CPU_FLOAT,
         # cat, view/reshape/flatten, permute/transpose and max_pool2d keep the PT2E
         # code-copy meaning: XNNPACK refuses a domain change across them at load
         # ("Failed to create cat2 / squeeze / static transpose / maxpool2d node") — when they
@@ -49,8 +53,9 @@ TARGET = Target(
     refused_dtypes=frozenset({"int16"}),
     validated={
         "int8": frozenset(
-            "abs adaptive_avg_pool2d add avg_pool2d bmm conv2d convolution exp gelu hardswish leaky_relu linear "
-            "maximum mean minimum mul neg rsqrt sigmoid softmax _softmax sub tanh upsample_bilinear2d".split()
+            "abs adaptive_avg_pool2d add avg_pool2d bmm conv2d convolution exp gelu group_norm hardswish "
+            "layer_norm leaky_relu linear log matmul maximum mean minimum mul neg rms_norm rsqrt "
+            "scaled_dot_product_attention sigmoid silu softmax _softmax sub tanh upsample_bilinear2d".split()
         ),
         # torchao quantize_ linears with a dynamically quantized (per-token int8) input, measured on
         # the runtime (tests/contracts/test_xnnpack_affine_contract.py): int8 per-channel weights
