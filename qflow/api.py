@@ -39,8 +39,8 @@ def domain_graph(
     read_reference = t.hook("read_reference") if reference is not None else None
     if reference is not None and read_reference is None:
         raise InputError(
-            f"reference: applies to an ExecuTorch .pte program, or to a program a target rewrites in place "
-            f"(cortex-m), not to {type(obj).__name__} for target {t.name}"
+            f"reference: applies to an ExecuTorch .pte program, or to a lowered program of a target that "
+            f"reads one (arm-tosa, cortex-m), not to {type(obj).__name__} for target {t.name}"
         )
     from qflow.ir.quiet import library_noise
 

@@ -737,7 +737,7 @@ class FxAdapter:
         for b, arg in zip(ins, fed, strict=True):
             if isinstance(arg, fx.Node):
                 self._add_delegate_input(node, prefix, b, arg, sub)
-        delegate.add_artifact_evidence(self.dg, self.gm, node, lowered, prefix)
+        delegate.add_artifact_evidence(self.dg, self.gm, node, lowered, prefix, self.reference)
 
     def _add_delegate_input(
         self, call: fx.Node, prefix: str, b: delegate.BoundaryInput, arg: fx.Node, sub: DomainGraph

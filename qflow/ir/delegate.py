@@ -149,11 +149,14 @@ def boundary_outputs(lowered: Any) -> list[BoundaryOutput]:
     return result
 
 
-def add_artifact_evidence(dg: Any, gm: fx.GraphModule, call: fx.Node, lowered: Any, prefix: str) -> None:
-    """The backend's own check of what it emitted, when its target has one."""
+def add_artifact_evidence(
+    dg: Any, gm: fx.GraphModule, call: fx.Node, lowered: Any, prefix: str, reference: Any = None
+) -> None:
+    """The backend's own check of what it emitted, when its target has one (`reference`: what
+    the program it was lowered from declares, as the backend's `read_reference` read it)."""
     add = _hook(lowered, "add_artifact_evidence")
     if add is not None:
-        add(dg, gm, call, lowered, prefix)
+        add(dg, gm, call, lowered, prefix, reference)
 
 
 def byte_factor(declared: str, produced: str) -> float:

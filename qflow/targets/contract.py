@@ -119,7 +119,8 @@ class Target:
     def backend_module(self) -> ModuleType | None:
         """The backend reader, or None. It may define (each optional):
         ``refine_boundaries(lowered, inputs, outputs)`` (a delegate's real IO),
-        ``add_artifact_evidence(dg, gm, call, lowered, prefix)`` (check the artifact),
+        ``add_artifact_evidence(dg, gm, call, lowered, prefix, reference)`` (check the artifact),
+        ``read_reference(ep)`` (what a `reference=` program declares, for the reader and the check),
         ``left_without_domain(producer, producer_op, activation) -> str`` (a finding's consequence),
         ``predict_boundaries(program, partitioner, name) -> Report`` (before partitioning),
         ``read_node(dg, node) -> bool`` (read a kernel the backend emits in place, e.g. Cortex-M's)."""

@@ -12,10 +12,18 @@ def refine_boundaries(lowered: Any, inputs: list[Any], outputs: list[Any]) -> No
     refine(lowered, inputs, outputs)
 
 
-def add_artifact_evidence(dg: Any, gm: Any, call: Any, lowered: Any, prefix: str) -> None:
+def add_artifact_evidence(dg: Any, gm: Any, call: Any, lowered: Any, prefix: str, reference: Any = None) -> None:
     from qflow.targets.arm.boundary import add_artifact_evidence as add
 
-    add(dg, gm, call, lowered, prefix)
+    add(dg, gm, call, lowered, prefix, reference)
+
+
+def read_reference(ep: Any) -> Any:
+    """What the PT2E program a lowered one came from declares: the scales of the weights a
+    TOSA payload keeps as bare codes (`tosa_anchors.Reference`)."""
+    from qflow.targets.arm.tosa_anchors import reference
+
+    return reference(ep)
 
 
 def left_without_domain(producer: str, producer_op: str, activation: str) -> str:

@@ -106,14 +106,16 @@ def _vela_evidence(blob: bytes, inputs: list[BoundaryInput], outputs: list[Bound
                 b.backend_dtype, b.artifact = dt, f"Vela command stream: element size {n}"
 
 
-def add_artifact_evidence(dg: Any, gm: fx.GraphModule, call: fx.Node, lowered: Any, prefix: str) -> None:
+def add_artifact_evidence(
+    dg: Any, gm: fx.GraphModule, call: fx.Node, lowered: Any, prefix: str, reference: Any = None
+) -> None:
     """The "TOSA artifact" evidence: the delegate's flatbuffer checked by TOSA
     semantics against the domains the program declares (TOSA / VGF only)."""
     if getattr(lowered, "backend_id", None) not in TOSA_ARTIFACT:
         return
     from qflow.targets.arm import tosa_artifact
 
-    checks = tosa_artifact.check_delegate(gm, call, lowered)
+    checks = tosa_artifact.check_delegate(gm, call, lowered, reference)
     if checks is None:
         dg.notes.append(f"{call.name}: TOSA artifact not checked (no TOSA flatbuffer, or a float partition)")
         return

@@ -201,6 +201,27 @@ def reference(ep: Any) -> Reference:
     return Reference(constant_domains(ep), tuple(partition_anchors(ep).activations))
 
 
+#: The suffix of a constant Arm's FuseEqualPlaceholdersPass made of several equal ones.
+_FUSED = "_common"
+
+
+def merged_constants(
+    prog: TosaProgram, constants: Iterable[Constant], skip: Iterable[str] = ()
+) -> dict[str, tuple[Domain, ...]]:
+    """Each ``<name>_common`` constant of the artifact (Arm's FuseEqualPlaceholdersPass) whose
+    equal constants in the reference are declared in more than one domain → those domains."""
+    constants = list(constants)
+    by_name = {c.name: c for c in constants}
+    out = {}
+    for name, t in prog.tensors.items():
+        rep = by_name.get(name.removesuffix(_FUSED)) if name.endswith(_FUSED) and name not in skip else None
+        if rep is not None and t.data is not None and rep.key == _content_key(t.data):
+            doms = tuple(dict.fromkeys(c.domain for c in constants if c.key == rep.key))
+            if len(doms) > 1:
+                out[name] = doms
+    return out
+
+
 def link_constants(prog: TosaProgram, constants: Iterable[Constant], skip: Iterable[str] = ()) -> dict[str, Domain]:
     """Each integer constant of the artifact, linked to the domain of the
     quantized constant it is: the one with its name and its values, else the
@@ -218,8 +239,13 @@ def link_constants(prog: TosaProgram, constants: Iterable[Constant], skip: Itera
             continue
         key = _content_key(t.data)
         named = by_name.get(name)
+        fused = by_name.get(name.removesuffix(_FUSED)) if name.endswith(_FUSED) else None
         if named is not None and named.key == key:
             out[name] = named.domain
+        elif fused is not None and fused.key == key and len(doms := by_key[key]) == 1:
+            # Arm's FuseEqualPlaceholdersPass merged equal constants into the first one's
+            # `<name>_common`: whichever were merged, every constant with these codes has one domain
+            out[name] = next(iter(doms))
         elif key[0] > 1 and len(doms := by_key.get(key, set())) == 1:
             out[name] = next(iter(doms))
         elif key[0] > 1 and len(t.shape) >= 2 and (part := _channel_run(t, constants)) is not None:
@@ -273,10 +299,11 @@ def float_io(prog: TosaProgram) -> bool:
     return any(prog.tensors[n].dtype in ("FP32", "FP16", "BF16") for n in (*prog.inputs, *prog.outputs))
 
 
-def check_delegate(gm: Any, call: Any, lowered: Any) -> list[Check] | None:
+def check_delegate(gm: Any, call: Any, lowered: Any, ref: Reference | None = None) -> list[Check] | None:
     """The artifact checks of one delegate call, or None if it is no TOSA
     flatbuffer, or a float program that quantizes nothing at its boundary
-    (a float partition: no codes cross it, so there is no domain to prove)."""
+    (a float partition: no codes cross it, so there is no domain to prove).
+    `ref`: the PT2E program's constants, for weights the partition keeps as bare codes."""
     if getattr(lowered, "backend_id", None) not in ("TOSABackend", "VgfBackend"):
         return None
     try:
@@ -284,6 +311,9 @@ def check_delegate(gm: Any, call: Any, lowered: Any) -> list[Check] | None:
     except Exception:  # a VGF blob or another payload: no TOSA flatbuffer to read
         return None
     anchors = delegate_anchors(gm, call, lowered, prog)
+    if ref is not None:
+        anchors.consts.update(link_constants(prog, ref.constants, skip=anchors.consts))
+        anchors.merged = merged_constants(prog, ref.constants, skip=anchors.consts)
     quantized_io = any(d is not None and not d.is_float for d in anchors.inputs.values()) or any(
         d is not None and not d.is_float for d, _ in anchors.outputs
     )

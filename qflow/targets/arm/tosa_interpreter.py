@@ -51,6 +51,9 @@ class Anchors:
     float_inputs: dict[str, Domain] = field(default_factory=dict)
     #: INT+FP: the outputs the partition dequantizes as its last op (the float must be the real number)
     float_outputs: set[int] = field(default_factory=set)
+    #: constant → the distinct domains of the equal constants Arm's FuseEqualPlaceholdersPass merged
+    #: into it (``<name>_common``), when they differ: the payload does not record which each use reads
+    merged: dict[str, tuple[Domain, ...]] = field(default_factory=dict)
 
 
 Scale = float | tuple[float, ...]
@@ -418,6 +421,12 @@ class Interpreter:
         t = self.p.tensors[name]
         if d is not None:
             self.dom[name] = _dom_of(d)
+        elif name in self.a.merged:
+            scales = ", ".join(f"{x.scale:.4g}" for x in self.a.merged[name] if isinstance(x.scale, float))
+            self.unknown(name, QDTYPES.get(t.dtype, t.dtype.lower()),
+                         f"constant {name} is several equal constants merged by Arm's FuseEqualPlaceholdersPass, "
+                         f"declared in different domains (scales {scales}): which one each use reads is not "
+                         "recorded in the payload")  # fmt: skip
         else:
             self.unknown(name, QDTYPES.get(t.dtype, t.dtype.lower()), f"constant {name} {_UNANCHORED}")
 
