@@ -114,3 +114,29 @@ def test_an_unknown_op_between_domains_is_unproven_never_proved(built) -> None:
     assert any(f.kind == "unknown-op" and "cat" in f.node for f in r.findings) or any(
         "unknown op" in f.message for f in r.findings
     )
+
+
+def test_a_qdq_program_with_stale_fold_annotations_is_still_read_as_qdq() -> None:
+    """Lowering can leave the fold pass's qparam annotations on nodes of the Q/DQ program it
+    exported (measured: the contract probe's a16w8 batch, two slice_copy nodes, 2026-11-25).
+    A node so annotated that still reads a dequantize was not folded: the program must not be
+    mistaken for a folded partition, whose reading skips the checks it needs (here: an int16
+    exp, an unvalidated lowering, was proved)."""
+    import torch
+    from executorch.backends.arm.quantizer import get_symmetric_a16w8_quantization_config
+
+    from qflow.targets.arm import pipeline as arm
+
+    class SliceExp(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.exp(x[:, 1:3, 2:7])
+
+    x = (torch.randn(1, 4, 8, 8),)
+    gm = arm.quantize(SliceExp(), x, spec="TOSA-1.0+INT+int16", config=get_symmetric_a16w8_quantization_config())
+    before = qflow.analyze(gm, target="arm-tosa")
+    sliced = next(n for n in gm.graph.nodes if "slice" in str(n.target))
+    sliced.meta["input_qparams"] = {0: "as the fold pass left it"}
+    after = qflow.analyze(gm, target="arm-tosa")
+    assert before.form == after.form == "qdq"
+    assert after.status == before.status == "unproven"
+    assert {f.kind for f in after.findings} == {f.kind for f in before.findings} >= {"unvalidated-lowering"}

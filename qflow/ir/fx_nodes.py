@@ -118,13 +118,21 @@ def module_path(node: fx.Node) -> str | None:
 
 def detect_form(gm: fx.GraphModule) -> str:
     """'folded' if the Arm fold pass annotated the graph, 'lowered' if it calls
-    a delegate, else 'qdq'."""
+    a delegate, else 'qdq'.
+
+    A node annotated with qparams that still reads a dequantize was not folded: lowering a
+    Q/DQ program leaves the fold's annotations on the very nodes it exported (the node meta is
+    shared), so a program analysed after it was lowered is still the Q/DQ program it is."""
     lowered = False
     for n in gm.graph.nodes:
-        if "input_qparams" in n.meta or "output_qparams" in n.meta:
+        if ("input_qparams" in n.meta or "output_qparams" in n.meta) and not _reads_dequantize(n):
             return "folded"
         lowered = lowered or (n.op == "call_function" and classify(target_name(n)) is OpClass.DELEGATE)
     return "lowered" if lowered else "qdq"
+
+
+def _reads_dequantize(n: fx.Node) -> bool:
+    return any(a.op == "call_function" and classify(target_name(a)) is OpClass.DEQUANTIZE for a in n.all_input_nodes)
 
 
 def is_float(node: fx.Node) -> bool:
