@@ -12,6 +12,7 @@ import numpy as np
 
 from qflow.domain import FLOAT, Domain
 from qflow.ir.fx_nodes import Consts, qdq_domain, target_name
+from qflow.targets.arm.tosa_constants import MERGED, anchor_made_constants, content_key
 from qflow.targets.arm.tosa_flatbuffer import TosaProgram, TosaTensor, read
 from qflow.targets.arm.tosa_interpreter import CODE_RANGE, Activation, Anchors, Check, validate
 
@@ -142,11 +143,6 @@ def ph_names(ep: Any) -> set[str]:
     return {n.name for n in ep.graph.nodes if n.op == "placeholder"}
 
 
-def _content_key(values: np.ndarray) -> tuple[int, bytes]:
-    """A constant's values up to order: TOSA permutes weights (OHWI, HWICM) and packs int4."""
-    return int(values.size), np.sort(values.astype(np.int64).reshape(-1)).tobytes()
-
-
 def _channel_keys(values: np.ndarray, channels: int) -> tuple[bytes, ...]:
     """Each output channel's values up to order (axis 0: OIHW in PT2E, OHWI in TOSA)."""
     rows = values.astype(np.int64).reshape(channels, -1)
@@ -184,7 +180,7 @@ def constant_domains(ep: Any, only: set[str] | None = None) -> tuple[Constant, .
             v = t.detach().numpy()
             by_rows = v.ndim >= 2 and (not d.per_channel or d.axis == 0)
             rows = _channel_keys(v, v.shape[0]) if by_rows else ()
-            out.append(Constant(src.name, _content_key(v), d, rows))
+            out.append(Constant(src.name, content_key(v), d, rows))
     return tuple(out)
 
 
@@ -201,10 +197,6 @@ def reference(ep: Any) -> Reference:
     return Reference(constant_domains(ep), tuple(partition_anchors(ep).activations))
 
 
-#: The suffix of a constant Arm's FuseEqualPlaceholdersPass made of several equal ones.
-_FUSED = "_common"
-
-
 def merged_constants(
     prog: TosaProgram, constants: Iterable[Constant], skip: Iterable[str] = ()
 ) -> dict[str, tuple[Domain, ...]]:
@@ -214,8 +206,8 @@ def merged_constants(
     by_name = {c.name: c for c in constants}
     out = {}
     for name, t in prog.tensors.items():
-        rep = by_name.get(name.removesuffix(_FUSED)) if name.endswith(_FUSED) and name not in skip else None
-        if rep is not None and t.data is not None and rep.key == _content_key(t.data):
+        rep = by_name.get(name.removesuffix(MERGED)) if name.endswith(MERGED) and name not in skip else None
+        if rep is not None and t.data is not None and rep.key == content_key(t.data):
             doms = tuple(dict.fromkeys(c.domain for c in constants if c.key == rep.key))
             if len(doms) > 1:
                 out[name] = doms
@@ -237,9 +229,9 @@ def link_constants(prog: TosaProgram, constants: Iterable[Constant], skip: Itera
     for name, t in prog.tensors.items():
         if name in skip or t.data is None or t.dtype not in ("INT8", "INT16", "INT32", "INT4"):
             continue
-        key = _content_key(t.data)
+        key = content_key(t.data)
         named = by_name.get(name)
-        fused = by_name.get(name.removesuffix(_FUSED)) if name.endswith(_FUSED) else None
+        fused = by_name.get(name.removesuffix(MERGED)) if name.endswith(MERGED) else None
         if named is not None and named.key == key:
             out[name] = named.domain
         elif fused is not None and fused.key == key and len(doms := by_key[key]) == 1:
@@ -311,6 +303,8 @@ def check_delegate(gm: Any, call: Any, lowered: Any, ref: Reference | None = Non
     except Exception:  # a VGF blob or another payload: no TOSA flatbuffer to read
         return None
     anchors = delegate_anchors(gm, call, lowered, prog)
+    ep = lowered.original_module
+    prog = anchor_made_constants(prog, anchors, ep, {c.name: c for c in constant_domains(ep)})
     if ref is not None:
         anchors.consts.update(link_constants(prog, ref.constants, skip=anchors.consts))
         anchors.merged = merged_constants(prog, ref.constants, skip=anchors.consts)

@@ -1,0 +1,131 @@
+"""Constants the Arm passes make out of the partition's own, anchored by what made them.
+
+The TOSA payload names most constants after the placeholders they were (and the artifact
+check anchors those by name and content), but two passes make new ones:
+
+* ``FuseEqualPlaceholdersPass`` merges constants with equal codes into the first one's
+  ``<name>_common``, whatever their declared domains (a scalar 1/N of two LayerNorms and a
+  0.25 share code 127). Each *use* is anchored by the constant its PT2E node read: the use
+  gets a copy of its own in that one domain.
+* ``FuseConstantArgsPass`` evaluates an op whose inputs are all constant into
+  ``<node>_fused_const`` (the select of an LSTM's zero state). It is anchored in the node's
+  declared output domain only once its codes are those the node's PT2E computation,
+  evaluated on the partition's constants and quantized there, gives: a fold that computed
+  something else stays unanchored.
+
+Anything else stays unanchored, so what depends on it is unproven, never proved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+from torch import fx
+
+from qflow.ir.fx_nodes import Consts, target_name
+from qflow.ops import OpClass, classify
+from qflow.targets.arm.tosa_flatbuffer import TosaOp, TosaProgram
+from qflow.targets.arm.tosa_interpreter import Anchors, Interpreter
+
+MERGED = "_common"
+FOLDED = "_fused_const"
+
+
+def content_key(values: np.ndarray) -> tuple[int, bytes]:
+    """A constant's values up to order: TOSA permutes weights (OHWI, HWICM) and packs int4."""
+    return int(values.size), np.sort(values.astype(np.int64).reshape(-1)).tobytes()
+
+
+def anchor_made_constants(prog: TosaProgram, anchors: Anchors, ep: Any, constants: dict[str, Any]) -> TosaProgram:
+    """`prog` with each resolvable use of a merged constant split into its own anchored copy, and
+    each verified folded constant anchored (in `anchors.consts`). `constants`: the partition's
+    quantized constants by placeholder name (`tosa_anchors.Constant`)."""
+    _anchor_folded(prog, anchors, ep)
+    return _split_merged(prog, anchors, ep, constants)
+
+
+def _split_merged(prog: TosaProgram, anchors: Anchors, ep: Any, constants: dict[str, Any]) -> TosaProgram:
+    merged = [
+        n for n, t in prog.tensors.items() if n.endswith(MERGED) and n not in anchors.consts and t.data is not None
+    ]  # noqa: E501
+    if not merged:
+        return prog
+    reads = _constant_reads(ep, constants)
+    where = Interpreter(prog, anchors)  # (only to name the PT2E node each TOSA op came from)
+    tensors, ops, clones = dict(prog.tensors), list(prog.ops), []
+    for name in merged:
+        key = content_key(prog.tensors[name].data)  # type: ignore[arg-type]
+        for k, op in enumerate(ops):
+            if name not in op.inputs:
+                continue
+            domains = {c.domain for c in reads.get(where.node_of(prog.ops[k]), ()) if c.key == key}
+            if len(domains) != 1:
+                continue
+            clone = f"{name}@{op.index}"
+            tensors[clone] = dataclasses.replace(prog.tensors[name], name=clone)
+            ops[k] = dataclasses.replace(op, inputs=tuple(clone if i == name else i for i in op.inputs))
+            clones.append(TosaOp(op.index, "CONST", (), (clone,)))
+            anchors.consts[clone] = domains.pop()
+    return TosaProgram(tensors, (*clones, *ops), prog.inputs, prog.outputs)
+
+
+def _constant_reads(ep: Any, constants: dict[str, Any]) -> dict[str, list[Any]]:
+    """FX node → the quantized constants it reads through their dequantize."""
+    out: dict[str, list[Any]] = {}
+    for n in ep.graph.nodes:
+        for a in n.all_input_nodes:
+            if a.op == "call_function" and classify(target_name(a)) is OpClass.DEQUANTIZE and a.args:
+                src = a.args[0]
+                if isinstance(src, fx.Node) and src.name in constants:
+                    out.setdefault(n.name, []).append(constants[src.name])
+    return out
+
+
+def _anchor_folded(prog: TosaProgram, anchors: Anchors, ep: Any) -> None:
+    for name, t in prog.tensors.items():
+        if not name.endswith(FOLDED) or name in anchors.consts or t.data is None:
+            continue
+        node = name.removesuffix(FOLDED)
+        d = anchors.node_out.get(node)
+        if d is None or d.per_channel or not isinstance(d.scale, float):
+            continue
+        value = _evaluate(ep, node)
+        if value is None:
+            continue
+        codes = np.clip(np.round(value / d.scale) + d.zero_point, d.qmin, d.qmax)
+        if content_key(codes) == content_key(t.data):
+            anchors.consts[name] = d
+
+
+def _evaluate(ep: Any, name: str) -> np.ndarray | None:
+    """The float value of FX node `name` when everything it depends on is a constant of the
+    partition (None otherwise): the node's own PT2E computation, run."""
+    nodes = {n.name: n for n in ep.graph.nodes}
+    if name not in nodes:
+        return None
+    needed, stack = set(), [nodes[name]]
+    while stack:
+        n = stack.pop()
+        if n not in needed:
+            needed.add(n)
+            stack.extend(n.all_input_nodes)
+    consts, env = Consts(ep.graph_module, ep), {}
+    try:
+        for n in ep.graph.nodes:
+            if n not in needed:
+                continue
+            if n.op in ("placeholder", "get_attr"):
+                env[n] = consts.tensor(n)
+                if env[n] is None:  # a user input: not a constant
+                    return None
+            elif n.op == "call_function":
+                env[n] = n.target(*fx.map_arg(n.args, env.__getitem__), **fx.map_arg(n.kwargs, env.__getitem__))
+            else:
+                return None
+    except Exception:  # an op that cannot run here: no anchor
+        return None
+    out = env[nodes[name]]
+    return out.detach().double().numpy() if isinstance(out, torch.Tensor) and out.dtype.is_floating_point else None
