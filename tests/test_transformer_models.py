@@ -167,3 +167,35 @@ def test_a16w8_attention_is_unproven_at_the_int16_lowerings_measured_wrong(runs,
     assert run.before.status == "unproven"
     named = {f.node.rstrip("_0123456789") for f in run.before.findings if f.kind == "unvalidated-lowering"}
     assert named & {"exp", "reciprocal", "rsqrt"}, named
+
+
+def test_a_rescale_of_a_merged_constant_that_changes_the_output_is_caught(runs) -> None:
+    """The ViT's lowered program proves only once each use of a constant Arm merged
+    (FuseEqualPlaceholdersPass, ``<name>_common``) is anchored by the constant its PT2E node read.
+    That anchoring must not make a wrong payload prove: every RESCALE reading such a constant,
+    with its multiplier ×1.25, is an error (most change the TOSA reference model's output; the
+    LayerNorm's epsilon scaled by 1.25 is not seen on these inputs, and is an error all the same)."""
+    import struct
+
+    from qflow.targets.arm import tosa_artifact as ta
+
+    run = runs("vit", "arm-a8w8")
+    _, samples = transformers.build("vit")
+    program = copy.deepcopy(run.lowered)
+    gm = program.exported_program().graph_module
+    [lm] = [m for n, m in gm.named_children() if n.startswith("lowered_module")]
+    original = bytes(lm.processed_bytes)
+    prog = ta.read(original)
+    base = arm.run_tosa_reference(program, samples[0])[0]
+    targets_ = [op for op in prog.ops if op.op == "RESCALE" and op.inputs[0].endswith("_common")]
+    assert len(targets_) >= 5
+    changed = 0
+    for op in targets_:
+        m = prog.tensors[op.inputs[1]]
+        buf = bytearray(original)
+        struct.pack_into("<i" if m.dtype == "INT32" else "<h", buf, m.data_pos, int(m.data[0] * 1.25))
+        lm._processed_bytes = bytes(buf)
+        changed += not torch.equal(arm.run_tosa_reference(program, samples[0])[0], base)
+        assert qflow.analyze(program, target="arm-tosa").errors, f"RESCALE #{op.index} x1.25 proved"
+    lm._processed_bytes = original
+    assert changed >= len(targets_) // 2, f"{changed} of {len(targets_)} mutants change the output"
