@@ -81,6 +81,10 @@ for _names, _cls in (
         _TABLE[_n] = _cls
 _TABLE["executorch_call_delegate"] = OpClass.DELEGATE
 
+#: Higher-order control flow: the op runs subgraphs (cond's two branches, while_loop's
+#: condition and body) passed to it as graph-module attributes.
+CONTROL_FLOW = frozenset({"cond", "while_loop"})
+
 #: Ops whose tensor arguments all share one domain with the output (cat's list):
 #: every input beyond the first is an obligation.
 MULTI_INPUT_IDENTITY = frozenset({"cat", "concat", "concatenate", "stack"})

@@ -54,7 +54,15 @@ from qflow.ir.fx_nodes import (
     val_dtype,
     val_of,
 )
-from qflow.ops import MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name, classify, code_sources
+from qflow.ops import (
+    CONTROL_FLOW,
+    MULTI_INPUT_IDENTITY,
+    SELECT_INPUTS,
+    OpClass,
+    base_name,
+    classify,
+    code_sources,
+)
 from qflow.targets import OpRule, Target
 from qflow.targets import get as get_target
 from qflow.targets.contract import STRICTNESS, Outcome
@@ -259,6 +267,8 @@ class FxAdapter:
             self._add_quantize(node)
         elif cls is OpClass.DEQUANTIZE:
             self._add_dequantize(node)
+        elif cls is OpClass.UNKNOWN and base_name(target_name(node)) in CONTROL_FLOW:
+            self._add_control_flow(node)
         elif self.form == "folded":
             self._add_folded(node, cls)
         elif self.form == "lowered" and cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION) and is_float(node):
@@ -638,6 +648,47 @@ class FxAdapter:
         self._value(node, cls, float_fact())
         for i, j, a in tensor_args(node):
             self._use(a, node, arg_label(i, j), FLOAT, True)
+
+    def _add_control_flow(self, node: fx.Node) -> None:
+        """cond / while_loop. Subgraphs with no quantize, dequantize or delegate in them compute
+        on reals in float wherever they run (a backend lowers on integer codes only what its
+        quantizer quantized), so the op is float arithmetic on its operands, like any float op.
+        Subgraphs holding quantized code are not read yet: what the op computes is unproven."""
+        subs = [
+            sub
+            for _, _, a in tensor_args(node)
+            if a.op == "get_attr" and isinstance(sub := getattr(self.gm, str(a.target), None), fx.GraphModule)
+        ]
+        quantized = [
+            n.name
+            for sub in subs
+            for n in sub.graph.nodes
+            if n.op == "call_function"
+            and (
+                classify(target_name(n)) in (OpClass.QUANTIZE, OpClass.DEQUANTIZE, OpClass.DELEGATE)
+                or base_name(target_name(n)) in CONTROL_FLOW
+            )
+        ]
+        outs = val_of(node)
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        reals = all(
+            getattr(v, "dtype", None) is not None and (v.dtype.is_floating_point or v.dtype in _DOMAIN_FREE_DTYPES)
+            for v in outs
+        )
+        if subs and not quantized and reals:
+            self._add_cpu_float(node, OpClass.COMPUTE)
+            return
+        what = base_name(target_name(node))
+        reason = (
+            f"{node.name} ({what}) runs subgraphs holding quantized code ({', '.join(quantized[:3])}): "
+            "qflow does not read control-flow subgraphs yet"
+            if quantized
+            else f"{node.name} ({what}): its subgraphs or outputs could not be read"
+        )
+        self._value(node, OpClass.UNKNOWN, Definition(DefKind.FREE, blocking=True, reason=reason))
+        for i, j, a in tensor_args(node):
+            if a.name in self.dg.g:
+                self.dg.add_use(a.name, node.name, arg_label(i, j))
 
     def _add_unknown(self, node: fx.Node, claim: Domain | None) -> None:
         what = target_name(node) if node.op == "call_function" else f"{node.op} {node.target}"

@@ -7,8 +7,9 @@ check anchors those by name and content), but two passes make new ones:
   ``<name>_common``, whatever their declared domains (a scalar 1/N of two LayerNorms and a
   0.25 share code 127). Each *use* is anchored by the constant its PT2E node read: the use
   gets a copy of its own in that one domain.
-* ``FuseConstantArgsPass`` evaluates an op whose inputs are all constant into
-  ``<node>_fused_const`` (the select of an LSTM's zero state). It is anchored in the node's
+* ``FuseConstantArgsPass`` and ``ComputeConstantOpsAOTPass`` evaluate an op whose inputs are
+  all constant into ``<node>_fused_const`` / ``<node>_pre_computed`` (the select of an LSTM's
+  zero state, a ``full``). It is anchored in the node's
   declared output domain only once its codes are those the node's PT2E computation,
   evaluated on the partition's constants and quantized there, gives: a fold that computed
   something else stays unanchored.
@@ -31,7 +32,7 @@ from qflow.targets.arm.tosa_flatbuffer import TosaOp, TosaProgram
 from qflow.targets.arm.tosa_interpreter import Anchors, Interpreter
 
 MERGED = "_common"
-FOLDED = "_fused_const"
+FOLDED = ("_fused_const", "_pre_computed")
 
 
 def content_key(values: np.ndarray) -> tuple[int, bytes]:
@@ -86,9 +87,10 @@ def _constant_reads(ep: Any, constants: dict[str, Any]) -> dict[str, list[Any]]:
 
 def _anchor_folded(prog: TosaProgram, anchors: Anchors, ep: Any) -> None:
     for name, t in prog.tensors.items():
-        if not name.endswith(FOLDED) or name in anchors.consts or t.data is None:
+        suffix = next((s for s in FOLDED if name.endswith(s)), None)
+        if suffix is None or name in anchors.consts or t.data is None:
             continue
-        node = name.removesuffix(FOLDED)
+        node = name.removesuffix(suffix)
         d = anchors.node_out.get(node)
         if d is None or d.per_channel or not isinstance(d.scale, float):
             continue
