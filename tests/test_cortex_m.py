@@ -34,14 +34,19 @@ class CNN(nn.Module):
 
 def _inputs() -> list[tuple[torch.Tensor]]:
     g = torch.Generator().manual_seed(1)
-    return [(torch.randn(1, 3, 8, 8, generator=g) * s,) for s in (1.0, 1.0, 3.0, 10.0)]  # (and clipping ones)
+    return [
+        (torch.randn(1, 3, 8, 8, generator=g).mul(s).to(memory_format=torch.channels_last),)
+        for s in (1.0, 1.0, 3.0, 10.0)  # (and clipping ones)
+    ]
 
 
 @pytest.fixture(scope="module")
 def pipeline():
     """(the converted PT2E program, the program after CortexMPassManager for an M55)."""
     torch.manual_seed(0)
-    model, calibration = CNN().eval(), (torch.randn(1, 3, 8, 8),)
+    # (channels last: CortexMQuantizer quantizes only NHWC convolutions, CMSIS-NN's layout)
+    model = CNN().eval().to(memory_format=torch.channels_last)
+    calibration = (torch.randn(1, 3, 8, 8).to(memory_format=torch.channels_last),)
     prepared = prepare_pt2e(torch.export.export(model, calibration).module(check_guards=False), CortexMQuantizer())
     prepared(*calibration)
     exported = torch.export.export(convert_pt2e(prepared), calibration)
@@ -113,6 +118,27 @@ def test_a_kernel_sum_that_lost_its_offset_term_is_an_error(pipeline) -> None:
     assert "kernel_sum" in report.errors[0].message
 
 
+@torch.no_grad()
+@pytest.mark.parametrize("what", ["multiplier", "shift"])
+def test_a_conv_channel_requantized_by_the_wrong_ratio_is_an_error(pipeline, what: str) -> None:
+    """The conv's per-channel requantize multipliers and shifts are constants (not arguments the
+    mutation harness edits): one channel's ×1.05 multiplier, or shift + 1, moves the output and is
+    an error at that conv."""
+    _, program = pipeline
+    conv = next(n for n in program.graph.nodes if "quantized_conv2d" in str(n.target))
+    arg = conv.args[8 if what == "multiplier" else 9]
+    state = {**program.state_dict, **program.constants}
+    sig = {s.arg.name: s.target for s in program.graph_signature.input_specs}
+    value = state[sig[arg.name]].clone()
+    value[3] = int(value[3] * 1.05) if what == "multiplier" else value[3] + 1
+    broken = _with_constant(program, arg.name, value)
+    moved = max(float((broken.module()(*x) - program.module()(*x)).abs().max()) for x in _inputs())
+    assert moved > 0
+    report = qflow.analyze(broken, target="cortex-m")
+    assert [(f.kind, f.node) for f in report.errors] == [("kernel-argument-mismatch", conv.name)], str(report)
+    assert "requantize_multipliers/shifts[3]" in report.errors[0].message
+
+
 #: The folded integers (by the kernel schema's argument names), and a relu's code bounds.
 FOLDED = ("zero_point", "multiplier", "shift", "offset", "activation", "pad_value")
 
@@ -161,9 +187,10 @@ def test_every_kernel_argument_that_moves_codes_is_flagged_at_its_kernel(program
         false_alarms += [label] if delta <= 1 and any(f.severity == "error" for f in at) else []
     assert not missed, missed
     assert not false_alarms, false_alarms
-    # measured 2026-11-25: 30 mutants; 23 move their kernel's codes by more than one and 20 of
-    # those are errors; the other three are activation bounds that cut into the code range (the
-    # relu clamp's, the add's and the linear's activation_min), which only the program before the
-    # passes can tell from a fused activation: unproven, reference-needed. The six avg_pool2d
-    # mutants move codes by at most one (rounding) and are not errors.
-    assert (len(moved), len(errors)) == (23, 20), (moved, errors)
+    # measured 2026-11-25 (NHWC, so both convs are quantized_conv2d kernels): 30 mutants move
+    # their kernel's codes by more than one and 26 of those are errors; the other four are
+    # activation_min bounds that cut into the code range (the add's, both convs' and the
+    # linear's), which only the program before the passes can tell from a fused activation:
+    # unproven, reference-needed. The six avg_pool2d mutants move codes by at most one
+    # (rounding) and are not errors.
+    assert (len(moved), len(errors)) == (30, 26), (sorted(set(moved) - set(errors)), len(moved), len(errors))

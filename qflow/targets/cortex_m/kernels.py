@@ -14,6 +14,10 @@ realises them, by the arithmetic of the Cortex-M dialect's reference kernels
 * `quantized_linear`: offsets are negated zero points (input, filter) and the output zero point;
   ratio = s_in · s_w / s_out; the bias (on MVE folded into `kernel_sum` with input_offset · Σw)
   is checked against the program it came from (`reference=`), else unproven;
+* `quantized_conv2d`: input_offset = −input zero point, output_offset = output zero point; the
+  weights are read with no offset, so their zero points must be 0; per output channel c,
+  ratio_c = s_in · s_w[c] / s_out; the int32 bias is added to the accumulator, so its declared
+  domain is s_in · s_w[c] with zero point 0;
 * `quantized_avg_pool2d`: the codes' domain is kept (its zero point and multiplier / shift
   dequantize and requantize with themselves: a mutated one moves codes by at most one, measured);
 * `pad` / `transpose`: copies of codes; a pad with any padding writes `pad_value`;
@@ -226,6 +230,39 @@ def _linear(k: _Kernel) -> None:
     _bias(k, x, w, kernel_sum)
 
 
+def _channels(d: Domain | None, n: int) -> list[float]:
+    """A domain's scale per channel (a per-tensor one repeated)."""
+    if d is None:
+        return [math.nan] * n
+    return [float(s) for s in d.scale] if d.per_channel else [float(d.scale)] * n  # type: ignore[union-attr]
+
+
+def _conv2d(k: _Kernel) -> None:
+    x, w, b = k.reads(0, 0), k.ins.get(1), k.ins.get(2)
+    k.value()
+    k.zero_point("input_offset", k.arg(6), x, sign=-1)
+    k.zero_point("output_offset", k.arg(7), k.out)
+    k.bounds(k.arg(10), k.arg(11))
+    mults, shifts = (k.consts.tensor(a) if isinstance(a, fx.Node) else None for a in (k.arg(8), k.arg(9)))
+    if w is None or x is None or mults is None or shifts is None:
+        return k.unproven(
+            "its weight domain or requantize multipliers / shifts are not readable", needs_reference=False
+        )
+    zps = list(w.zero_point) if w.per_channel else [w.zero_point]  # type: ignore[arg-type]
+    k.check("weight zero point", all(z == 0 for z in zps), f"the kernel reads weights with no offset; declared {w}")
+    n = len(mults)
+    want = [_scale(x) * sw / _scale(k.out) for sw in _channels(w, n)]
+    got = [ratio(int(m), int(s)) for m, s in zip(mults.tolist(), shifts.tolist(), strict=True)]
+    worst = max(range(n), key=lambda c: abs(got[c] - want[c]) / want[c] if want[c] > 0 else math.inf)
+    k.ratio_is(f"requantize_multipliers/shifts[{worst}] (worst of {n} channels)", got[worst], want[worst])
+    if k.arg(2) is not None:
+        acc = [_scale(x) * sw for sw in _channels(w, n)]
+        have = _channels(b, n)
+        holds = b is not None and all(z == 0 for z in (b.zero_point if b.per_channel else [b.zero_point]))  # type: ignore[union-attr]
+        holds = holds and all(abs(h - a) <= RATIO_TOLERANCE * a for h, a in zip(have, acc, strict=True))
+        k.check("bias domain", holds, f"the accumulator is s_in · s_w per channel; the bias is declared in {b}")
+
+
 def _bias(k: _Kernel, x: Domain | None, w: Domain | None, kernel_sum: Any) -> None:
     """The bias is a constant only the program before the passes states. On MVE it is folded
     with the offsets into kernel_sum = bias + input_offset · Σw + input_offset · filter_offset · K
@@ -309,6 +346,7 @@ _READERS = {
     "quantized_add": _add,
     "quantized_mul": _mul,
     "quantized_linear": _linear,
+    "quantized_conv2d": _conv2d,
     "quantized_avg_pool2d": _avg_pool2d,
     "pad": _pad,
     "transpose": _copy,
