@@ -83,9 +83,9 @@ CASES: dict[str, tuple[str, str]] = {
 KNOWN_WRONG: dict[str, str] = {
     # issue #31: the band is capped at 2 output LSB, so the rounding budget no longer absorbs this
     "00974-arm-a16w8": "reduced: a16w8 conv -> sum -> mul(conv, sum) is 8 output LSB off (one int16 conv LSB, "
-    "which TOSA's 16-bit multiplier may move, times the sum) and qflow raises no error (proved at 1f79452; its int16 "
-    "sum is now an unvalidated lowering, unproven): a miss under the capped band until qflow flags the amplified "
-    "rounding (or the cap is argued wider for it)",
+    "which TOSA's 16-bit multiplier may move, times the sum) and qflow raises no error (proved: the int16 sum was "
+    "measured exact alone, 2026-11-25): a miss under the capped band until qflow flags the amplified rounding (or "
+    "the cap is argued wider for it)",
 }
 
 
