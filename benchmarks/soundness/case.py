@@ -33,6 +33,8 @@ except ImportError:  # pragma: no cover
     from benchmarks.soundness.gen import SpecModel, generate, sample_inputs
 
 VARIANTS = ("arm-pc", "arm-pt", "arm-a16w8", "arm-custom", "xnn", "xnn-custom")
+#: The transformer menu's variants (`tx-<variant>`): stock Arm a8w8 and a16w8, custom, stock XNNPACK.
+TX_VARIANTS = ("tx-arm-pc", "tx-arm-a16w8", "tx-arm-custom", "tx-xnn")
 TARGET_OF = {"xnn": "xnnpack", "xnn-custom": "xnnpack"}  # every other variant lowers to arm-tosa
 SPEC_OF = {"arm-pc": "TOSA-1.0+INT", "arm-pt": "TOSA-1.0+INT", "arm-a16w8": "TOSA-1.0+INT+int16"}
 SPEC_OF["arm-custom"] = "TOSA-1.0+INT+int16"
@@ -80,9 +82,19 @@ def case_id(index: int, variant: str | None = None) -> str:
 
 def parse_id(cid: str) -> tuple[int, str]:
     index, variant = cid.split("-", 1)
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r} in case id {cid!r}; expected one of {VARIANTS}")
+    if variant not in VARIANTS + TX_VARIANTS:
+        raise ValueError(f"unknown variant {variant!r} in case id {cid!r}; expected one of {VARIANTS + TX_VARIANTS}")
     return int(index), variant
+
+
+def menu_of(variant: str) -> str:
+    """The generator's op menu a variant draws from."""
+    return "transformer" if variant.startswith("tx-") else "cnn"
+
+
+def base_variant(variant: str) -> str:
+    """The quantizer and backend of a variant (a transformer variant uses its CNN twin's)."""
+    return variant.removeprefix("tx-")
 
 
 def target_of(variant: str) -> str:
@@ -273,7 +285,42 @@ def output_grids(converted: torch.fx.GraphModule, tests: list[Inputs]) -> list[d
         grids.append({"out_scale": out_scale, "coarsest": coarsest or out_scale})
     for grid, budget in zip(grids, rounding_budget(converted, tests), strict=True):
         grid["budget"] = budget
+    for grid, tie in zip(grids, tie_sensitivity(converted, tests), strict=True):
+        grid["tie"] = None if grid["out_scale"] is None else round(tie / grid["out_scale"], 3)
     return grids
+
+
+#: The relative perturbation of every requantized value in `tie_sensitivity`, and its trials per input.
+TIE_JITTER = 1e-5
+TIE_TRIALS = 40
+
+
+def tie_sensitivity(converted: torch.fx.GraphModule, tests: list[Inputs]) -> list[float]:
+    """Per output, how far the fake-quantized model itself moves (real units) when every value it
+    requantizes is perturbed by a relative TIE_JITTER (seeded): the rounding ties another correct
+    kernel may break the other way, amplified downstream. Recorded beside the band, never widening
+    it (the truth rule is the capped band): it tells a miss that is a tie flip from a wrong domain."""
+    gen = torch.Generator().manual_seed(0)
+
+    def jitter(x: torch.Tensor) -> torch.Tensor:
+        return x * (1 + TIE_JITTER * torch.randn(x.shape, generator=gen))
+
+    gm = copy.deepcopy(converted)
+    for n in list(gm.graph.nodes):
+        requant = n.op == "call_function" and str(n.target).startswith("quantized_decomposed.quantize_per_tensor")
+        if requant and isinstance(n.args[0], torch.fx.Node) and n.args[0].op != "placeholder":
+            with gm.graph.inserting_before(n):
+                n.replace_input_with(n.args[0], gm.graph.call_function(jitter, (n.args[0],)))
+    gm.recompile()
+    worst: list[float] = []
+    with torch.no_grad():
+        for x in tests:
+            want = _as_list(converted(*x))
+            for _ in range(TIE_TRIALS):
+                got = _as_list(gm(*x))
+                moved = [float((g - w).abs().max()) if w.numel() else 0.0 for g, w in zip(got, want, strict=True)]
+                worst = [max(a, b) for a, b in zip(worst, moved, strict=True)] if worst else moved
+    return worst
 
 
 # Ops through which an error tensor travels by the op itself: copies, and
@@ -491,9 +538,10 @@ def _worst(verdicts: list[str]) -> str:
 
 def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) -> dict[str, Any]:
     """Everything about one case, as one JSON-able dict."""
-    index, variant = parse_id(cid)
-    spec = spec if spec is not None else generate(index)
-    rec: dict[str, Any] = {"id": cid, "variant": variant, "target": target_of(variant), "n_ops": len(spec["ops"])}
+    index, full = parse_id(cid)
+    variant = base_variant(full)
+    spec = spec if spec is not None else generate(index, menu_of(full))
+    rec: dict[str, Any] = {"id": cid, "variant": full, "target": target_of(variant), "n_ops": len(spec["ops"])}
     rec["ops"] = sorted({op["kind"] for op in spec["ops"]})
     rec["qflow"] = {}
     rec["qflow_rev"] = qflow_revision()
@@ -504,7 +552,7 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
     rng = random.Random(index * 7919 + 17)
     samples = sample_inputs(spec, N_CALIB, seed=index)
     tests = samples[:N_TEST] + [spanning_input(samples, seed=index)]
-    model = SpecModel(spec).eval()
+    model = SpecModel(spec).eval().requires_grad_(False)  # an inference program (no autograd in the runtime)
     sink: dict[str, Any] = {}
     # quantize (a failure here is not the backend's: the case is invalid)
     try:
@@ -555,7 +603,9 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
                 sum(rec["time"].pop(f"qflow_folded{i}") for i in range(len(reports))), 3
             )
         stage("qflow_lowered")
-        _qflow(rec, "lowered", lambda: analyze(edge))
+        # (the TOSA payload keeps some weights as bare codes: their scales are the PT2E program's)
+        ref = {"target": target, "reference": exported} if target == "arm-tosa" else {}
+        _qflow(rec, "lowered", lambda: analyze(edge, **ref))
     # repair
     if repair and pre is not None and not pre.proved:
         stage("repair")

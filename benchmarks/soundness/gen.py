@@ -30,6 +30,10 @@ REDUCE = ["mean", "sum"]
 POOL = ["maxpool2", "avgpool2", "adaptive_avg1"]
 RESIZE = ["upsample_nearest2", "upsample_bilinear2", "pixel_shuffle2"]
 JOIN = ["cat", "stack"]
+# The transformer menu (issue #30): norms, softmax, GELU / SiLU, attention matmuls with two activation
+# inputs, SDPA, masks — over (1, heads, tokens, features) values, with the CNN ops transformers use too.
+TRANSFORMER = ["layer_norm", "rms_norm", "softmax", "gelu", "silu", "matmul_qk", "matmul_av", "sdpa"]
+TRANSFORMER += ["masked_fill", "where"]
 # Draw weights: compute and activations often, the rest less.
 KINDS = (
     COMPUTE * 3
@@ -42,6 +46,8 @@ KINDS = (
     + POOL
     + RESIZE
 )
+TX_KINDS = TRANSFORMER * 3 + ["linear"] * 4 + BINARY * 2 + ["relu", "permute", "cat", "slice_h", "mean", "tanh"]
+MENUS = {"cnn": KINDS, "transformer": TX_KINDS}
 MAX_ELEMS = 4096
 
 
@@ -156,11 +162,41 @@ class SpecModel(nn.Module):
             return F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
         if k == "pixel_shuffle2":
             return F.pixel_shuffle(x, 2)
+        if k == "layer_norm":
+            return self._param(i, op, lambda: _affine(nn.LayerNorm(x.shape[-1])))(x)
+        if k == "rms_norm":
+            return self._param(i, op, lambda: _affine(nn.RMSNorm(x.shape[-1])))(x)
+        if k == "softmax":
+            return F.softmax(x, dim=-1)
+        if k == "gelu":
+            return F.gelu(x, approximate=p["approximate"])
+        if k == "silu":
+            return F.silu(x)
+        if k == "matmul_qk":  # scores of queries x against keys a[1]: two activation inputs
+            return torch.matmul(x, a[1].transpose(-1, -2)) * p["s"]
+        if k == "matmul_av":  # attention weights x applied to values a[1]
+            return torch.matmul(x, a[1])
+        if k == "sdpa":
+            return F.scaled_dot_product_attention(x, a[1], a[1], is_causal=p["causal"])
+        if k == "masked_fill":  # the causal mask of a decoder, a constant
+            mask = torch.ones(x.shape[-2:], dtype=torch.bool).triu(1)
+            return x.masked_fill(mask, p["value"])
+        if k == "where":
+            return torch.where(x > p["thr"], x, a[1] if len(a) > 1 else p["other"])
         if k == "cat":
             return torch.cat([x, a[1]], dim=1)
         if k == "stack":
             return torch.stack([x, a[1]], dim=1).flatten(1, 2)
         raise ValueError(f"unknown op kind {k}")
+
+
+def _affine(norm: nn.Module) -> nn.Module:
+    """A norm with a seeded non-trivial affine part (a fresh one is the identity)."""
+    with torch.no_grad():
+        norm.weight.copy_(1.0 + 0.5 * torch.randn(norm.weight.shape))
+        if getattr(norm, "bias", None) is not None:
+            norm.bias.copy_(0.3 * torch.randn(norm.bias.shape))
+    return norm
 
 
 def shapes_of(spec: Spec) -> list[Shape]:
@@ -254,6 +290,31 @@ def _propose(rng: random.Random, kind: str, x: int, shapes: list[Shape]) -> dict
         else:
             lo = rng.uniform(-2.0, 1.0)
             p["crange"] = [round(lo, 3), round(lo + rng.uniform(0.2, 3.0), 3)]
+    elif kind == "gelu":
+        p["approximate"] = rng.choice(["none", "tanh"])
+    elif kind in ("matmul_qk", "matmul_av", "sdpa"):
+        if kind == "matmul_av":
+            cands = [j for j, t in enumerate(shapes) if t[:2] == s[:2] and t[2] == w and j != x]
+        else:
+            cands = [j for j, t in enumerate(shapes) if t[:2] == s[:2] and t[3] == w]
+        if not cands:
+            return None
+        args.append(_pick(rng, cands))
+        if kind == "matmul_qk":
+            p["s"] = rng.choice([1.0, 0.5, 0.25, 1 / 8**0.5])
+        if kind == "sdpa":
+            p["causal"] = h == shapes[args[1]][2] and rng.random() < 0.5
+    elif kind == "masked_fill":
+        if h < 2 or w < 2:
+            return None
+        p["value"] = rng.choice([0.0, -3.0, -10.0])
+    elif kind == "where":
+        same = [j for j, t in enumerate(shapes) if t == s and j != x]
+        p["thr"] = rng.choice([0.0, 0.5, -0.5])
+        if same and rng.random() < 0.7:
+            args.append(_pick(rng, same))
+        else:
+            p["other"] = rng.choice([0.0, -1.0, 2.0])
     elif kind in ("cat", "stack"):
         if kind == "cat":
             cands = [j for j, t in enumerate(shapes) if t[2:] == s[2:]]
@@ -282,23 +343,29 @@ def _propose(rng: random.Random, kind: str, x: int, shapes: list[Shape]) -> dict
     return {"kind": kind, "args": args, "p": p}
 
 
-def generate(seed: int) -> Spec:
-    """A random valid model spec: a DAG of 3-12 ops over 1-2 inputs."""
+def generate(seed: int, menu: str = "cnn") -> Spec:
+    """A random valid model spec: a DAG of 3-12 ops over 1-2 inputs, drawn from `menu` (`MENUS`)."""
     rng = random.Random(seed)
+    kinds = MENUS[menu]
     n_in = rng.choice([1, 1, 2])
-    c = rng.choice([1, 2, 3, 4, 8])
-    h, w = rng.choice([2, 4, 4, 6, 8]), rng.choice([2, 4, 4, 6, 8])
+    if menu == "transformer":  # (1, heads, tokens, features)
+        c, h, w = rng.choice([1, 2, 4]), rng.choice([2, 4, 6, 8]), rng.choice([4, 8, 12, 16])
+    else:
+        c = rng.choice([1, 2, 3, 4, 8])
+        h, w = rng.choice([2, 4, 4, 6, 8]), rng.choice([2, 4, 4, 6, 8])
     inputs = [{"shape": [1, c, h, w], "dist": _dist(rng)}]
     if n_in == 2:
         shape = [1, c, h, w] if rng.random() < 0.7 else [1, rng.choice([1, 2, 4]), h, w]
         inputs.append({"shape": shape, "dist": _dist(rng)})
     spec: Spec = {"seed": seed, "inputs": inputs, "ops": [], "outputs": []}
+    if menu != "cnn":
+        spec["menu"] = menu
     shapes: list[Shape] = [tuple(i["shape"]) for i in inputs]
     n_ops = rng.randint(3, 12)
     tries = 0
     while len(spec["ops"]) < n_ops and tries < 200:
         tries += 1
-        kind = rng.choice(KINDS)
+        kind = rng.choice(kinds)
         x = _pick(rng, list(range(len(shapes))))
         op = _propose(rng, kind, x, shapes)
         if op is None:
