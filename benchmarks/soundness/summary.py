@@ -145,6 +145,19 @@ def is_miss(r: dict[str, Any], form: str = "pre") -> bool:
     return truth(r) == "miscompile" and verdict(r, form) != "error"
 
 
+def tie(r: dict[str, Any]) -> float | None:
+    """The judged output's FQ tie sensitivity in output LSB (case.tie_sensitivity), when recorded: how far
+    the fake-quantized model itself moves under a 1e-5 relative jitter of what it requantizes. Shown beside
+    a miss, never used to judge one."""
+    grids, out = r.get("grids") or [], judge(r).get("output")
+    return grids[out].get("tie") if isinstance(out, int) and out < len(grids) else None
+
+
+def _within_tie(r: dict[str, Any]) -> bool:
+    t = tie(r)
+    return t is not None and judge(r).get("lsb", float("inf")) <= t + EPS
+
+
 def is_false_alarm(r: dict[str, Any], form: str = "pre") -> bool:
     return truth(r) == "exact" and verdict(r, form) == "error"
 
@@ -265,8 +278,9 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
         f"{len(ran)} cases ran on the backend; {sum(judge(r).get('capped', False) for r in ran)} of them have their "
         "judged output's band capped (the upstream grids alone would have allowed more).",
         "",
-        "| form | miscompiles | misses | of which *proved* | of which formerly marginal | exact | false alarms |",
-        "|---|---|---|---|---|---|---|",
+        "| form | miscompiles | misses | of which *proved* | of which formerly marginal "
+        "| of which within the FQ tie sensitivity | exact | false alarms |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for form in ("pre", "annotated", "folded", "lowered"):
         sub = [r for r in recs if form in r.get("qflow", {})]
@@ -279,7 +293,24 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
         pct = f" ({100 * len(fa) / len(exact):.1f} %)" if exact else ""
         lines.append(
             f"| {form} | {len(mis)} | **{len(miss)}** | {sum(verdict(r, form) == 'proved' for r in miss)} | "
-            f"{sum(r.get('outcome') == 'marginal' for r in miss)} | {len(exact)} | **{len(fa)}**{pct} |"
+            f"{sum(r.get('outcome') == 'marginal' for r in miss)} | {sum(_within_tie(r) for r in miss)} | "
+            f"{len(exact)} | **{len(fa)}**{pct} |"
+        )
+    lines += [
+        "",
+        "Before partitioning, by variant:",
+        "",
+        "| variant | miscompiles | misses | of which *proved* | exact | false alarms | unproven (warning) on exact |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for v in sorted(variants):
+        sub = [r for r in recs if (r.get("variant") or r["id"].split("-", 1)[-1]) == v and "pre" in r.get("qflow", {})]
+        miss = [r for r in sub if is_miss(r)]
+        exact = [r for r in sub if truth(r) == "exact"]
+        lines.append(
+            f"| {v} | {sum(truth(r) == 'miscompile' for r in sub)} | {len(miss)} | "
+            f"{sum(verdict(r) == 'proved' for r in miss)} | {len(exact)} | {sum(is_false_alarm(r) for r in sub)} | "
+            f"{sum(verdict(r) in ('warning', 'unproven') for r in exact)} |"
         )
     lines.append("")
     for form, title in (
@@ -296,15 +327,16 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
             lines += [
                 f"### Soundness misses ({form})",
                 "",
-                "| id | verdict | error (LSB) | band (LSB) | upstream part of the band (LSB, uncapped) | recorded as "
-                "| findings | ops |",
-                "|---|---|---|---|---|---|---|---|",
+                "| id | verdict | error (LSB) | band (LSB) | upstream part of the band (LSB, uncapped) "
+                "| FQ tie sensitivity (LSB) | recorded as | findings | ops |",
+                "|---|---|---|---|---|---|---|---|---|",
             ]
             for r in miss:
-                j = judge(r)
+                j, t = judge(r), tie(r)
                 lines.append(
                     f"| `{r['id']}` | {verdict(r, form)} | {j.get('lsb', float('nan')):.1f} | {j.get('band', 0):g} | "
-                    f"{j.get('upstream', 0):.1f}{' (capped)' if j.get('capped') else ''} | {r.get('outcome')} | "
+                    f"{j.get('upstream', 0):.1f}{' (capped)' if j.get('capped') else ''} | "
+                    f"{'—' if t is None else f'{t:g}'} | {r.get('outcome')} | "
                     f"{findings(r, form)} | {' '.join(r.get('ops', []))} |"
                 )
             lines.append("")

@@ -164,9 +164,11 @@ class AnnotatedAdapter:
 
     def _activation_dtype(self, n: fx.Node, a: Any) -> str | None:
         """The dtype of the first annotated tensor input, in argument order (the activation, as
-        the Q/DQ form reads it from the first dequantize), resolved through shared specs."""
+        the Q/DQ form reads it from the first dequantize), resolved through shared specs. By name:
+        a deep-copied graph's annotations keep the original nodes as their keys."""
+        annotated = {p.name for p, qs in a.input_qspec_map.items() if qs is not None}
         for p in n.all_input_nodes:
-            if a.input_qspec_map.get(p) is None:
+            if p.name not in annotated:
                 continue
             group = self.uf.find("|".join(self.in_key(n, p)))
             qs = next((self.spec[k] for k in self.spec if self.uf.find("|".join(k)) == group), None)
