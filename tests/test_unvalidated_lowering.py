@@ -98,3 +98,17 @@ def test_the_annotated_a8w8_layer_norm_still_proves() -> None:
     quantizer.annotate(annotated)
     report = qflow.analyze(annotated, target="arm-tosa")
     assert report.proved, str(report)
+
+
+def test_the_folded_partition_is_unproven_at_the_same_op(layer_norm_a16w8) -> None:
+    """After Arm's fold pass the int16 rsqrt is still an aten op with folded qparams, lowered to a
+    TABLE next: the partition is unproven there too (the transformer campaign's folded form
+    proved three int16 softmax miscompiles before this check reached it)."""
+    _, exported, inputs = layer_norm_a16w8
+    with arm.capture_after() as partitions:
+        arm.lower(exported, inputs, spec=INT16)
+    reports = [qflow.analyze(p, target="arm-tosa") for p in partitions]
+    assert reports and all(r.form == "folded" for r in reports)
+    found = [f for r in reports for f in r.findings if f.kind == "unvalidated-lowering"]
+    assert any("rsqrt" in f.node for f in found), "\n".join(map(str, reports))
+    assert not any(r.proved for r in reports)

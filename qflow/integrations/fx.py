@@ -615,8 +615,9 @@ class FxAdapter:
 
     def _oblige_measured(self, node: fx.Node, dtype: str | None) -> None:
         """A compute op a target lowers on integer codes (at activation dtype `dtype`) must have been
-        measured to compute right there (`Target.validated`); else what it computes is unproven."""
-        if dtype is None or self.form != "qdq":  # (a folded partition holds the backend's own decomposition)
+        measured to compute right there (`Target.validated`); else what it computes is unproven. In a
+        folded partition too: the int16 exp / reciprocal of Arm's softmax are still aten ops there."""
+        if dtype is None:
             return
         op = base_name(target_name(node))
         rules = self._rules(node)
@@ -755,6 +756,8 @@ class FxAdapter:
                 d = Definition(DefKind.FREE, blocking=True, reason=f"{node.name}: unquantized integer data")
             if node.name not in self.dg.g:
                 self._value(node, cls, d)
+            if declared and not (first := declared[min(declared)]).is_float:  # (what the backend lowers next)
+                self._oblige_measured(node, first.dtype)
         else:
             self._add_unknown(node, out)
             return
