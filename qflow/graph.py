@@ -213,15 +213,19 @@ class DomainGraph:
                 )
             )
 
-    def oblige_measured_lowering(self, node: str, op: str, how: str, targets: tuple[str, ...]) -> None:
+    def oblige_measured_lowering(
+        self, node: str, op: str, how: str, targets: tuple[str, ...], measured: str | None = None
+    ) -> None:
         """`node` (`op`, `how` it reaches integer codes) has a lowering on `targets` never measured
-        against the backend (issue #30): it reads a blocked stand-in, so everything it computes is
-        unproven there, never proved."""
+        to compute right (issue #30): it reads a blocked stand-in, so everything it computes is
+        unproven there, never proved. `measured`: what the contract probe saw when it was off."""
         blocker = f"{node}?lowering"
-        reason = (
-            f"{node} ({op}) is {how} on {', '.join(targets)}, where that lowering has not been measured "
-            "against the backend (contract probe): qflow cannot vouch for what it computes"
+        where = (
+            f"where that lowering was measured off ({measured})"
+            if measured
+            else "where that lowering has not been measured against the backend (contract probe)"
         )
+        reason = f"{node} ({op}) is {how} on {', '.join(targets)}, {where}: qflow cannot vouch for what it computes"
         self.add_value(
             Value(blocker, op, OpClass.UNKNOWN,
                   Definition(DefKind.FREE, blocking=True, reason=reason, blocks_as="unvalidated-lowering"))

@@ -216,3 +216,19 @@ def test_stock_arm_models_keep_no_error_with_every_target(built) -> None:
     b = built("conv_bn_relu6_residual")
     for target in ("arm-tosa", "xnnpack", None):
         assert not qflow.analyze(b.converted, target=target).errors
+
+
+def test_the_lowerings_measured_off_are_the_measured_table_rows() -> None:
+    """`measured_off` (what an unvalidated-lowering finding says was measured) is the stock int16
+    rows of the contract table measured wrong, with their numbers."""
+    rows = json.loads((Path(__file__).parents[1] / "benchmarks" / "contracts.json").read_text())["rows"]
+    wrong = {
+        r["op"]: float(r["lsb"])
+        for r in rows
+        if r["target"] == "arm-tosa+int16" and r["variant"] == "stock" and r["outcome"] == "miscompile"
+    }
+    off = targets.get("arm-tosa").measured_off["int16"]
+    assert {_MEASURED_AS.get(op, op) for op in off} == set(wrong)
+    for op, text in off.items():
+        assert f" {wrong[_MEASURED_AS.get(op, op)]:g} output LSB off" in text
+        assert not targets.get("arm-tosa").lowering_validated(op, "int16")

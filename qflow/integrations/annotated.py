@@ -194,7 +194,10 @@ class AnnotatedAdapter:
         if not unmeasured:
             return
         how = f"annotated for integer codes with {dtype} activations"
-        self.dg.oblige_measured_lowering(n.name, target_name(n), how, unmeasured)
+        measured = "; ".join(
+            f"{t.name}: {w}" for t in self._members if t.name in unmeasured and (w := t.measured_off_by(op, dtype))
+        )
+        self.dg.oblige_measured_lowering(n.name, target_name(n), how, unmeasured, measured or None)
 
     def _keys(self) -> set[tuple[str, ...]]:
         return {tuple(k.split("|")) for k in self.uf.parent}

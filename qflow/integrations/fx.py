@@ -639,7 +639,10 @@ class FxAdapter:
         unmeasured = tuple(t.name for t in lowering if t.measured_miscompile(op, dtype) is None)
         if unmeasured:
             how = f"lowered on integer codes with {dtype} activations"
-            self.dg.oblige_measured_lowering(node.name, target_name(node), how, unmeasured)
+            measured = "; ".join(
+                f"{t.name}: {w}" for t in self._members if t.name in unmeasured and (w := t.measured_off_by(op, dtype))
+            )
+            self.dg.oblige_measured_lowering(node.name, target_name(node), how, unmeasured, measured or None)
 
     def _add_cpu_float(self, node: fx.Node, cls: OpClass) -> None:
         """Outside the delegates of a lowered program nothing is lowered any

@@ -102,6 +102,10 @@ class Target:
     #: Lowerings measured to compute wrong, silently (the contract probe): by activation key
     #: (as in `validated`), op → what was measured. A program that needs one is an error.
     miscompiles: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: Lowerings measured off on the probe's inputs but not on every program (the error depends on
+    #: which codes the data reaches): by activation key, op → what was measured. They stay unproven
+    #: (never validated); the finding says what was measured instead of "never measured".
+    measured_off: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def lowering_validated(self, op: str, dtype: str) -> bool:
         """Was `op`'s lowering at activation dtype `dtype` measured to compute right here?"""
@@ -110,6 +114,10 @@ class Target:
     def measured_miscompile(self, op: str, dtype: str) -> str | None:
         """What was measured when `op`'s lowering at `dtype` computed wrong here, or None."""
         return self.miscompiles.get(dtype, {}).get(op)
+
+    def measured_off_by(self, op: str, dtype: str) -> str | None:
+        """What the probe measured where `op`'s lowering at `dtype` was off here, or None."""
+        return self.measured_off.get(dtype, {}).get(op)
 
     def lowering_unmeasured(self, op: str, dtype: str) -> bool:
         """Would lowering `op` at activation dtype `dtype` here compute something never measured?

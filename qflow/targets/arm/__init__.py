@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from qflow.targets.contract import Fusion, OpRule, Outcome, Target
 
+
+def _off(lsb: int) -> str:
+    """A stock a16w8 probe row measured off (benchmarks/contracts.json, 2026-11-25)."""
+    return f"the stock a16w8 contract probe measured it {lsb} output LSB off the fake-quantized model"
+
+
 TARGET = Target(
     name="arm-tosa",
     description="ExecuTorch Arm backend: TOSA 1.0 INT (+int16), Ethos-U, VGF",
@@ -70,5 +76,19 @@ TARGET = Target(
             "matmul maximum mean minimum mul neg sigmoid silu sub sum tanh upsample_bilinear2d upsample_nearest2d "
             "var".split()
         ),
+    },
+    measured_off={
+        "int16": {
+            "softmax": _off(2),
+            "_softmax": _off(2),
+            "exp": _off(240),
+            "rsqrt": _off(20),
+            "reciprocal": _off(119),
+            "layer_norm": _off(4),
+            "group_norm": _off(2),
+            "log_softmax": _off(8283),
+            "log": _off(12),
+            "scaled_dot_product_attention": _off(6),
+        }
     },
 )
