@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["SHAPES", "LSTMHead", "LlamaBlock", "ViTBlock", "build"]
+__all__ = ["SHAPES", "DeiT", "LSTMHead", "LlamaBlock", "ViTBlock", "build"]
 
 
 class ViTBlock(nn.Module):
@@ -35,6 +35,48 @@ class ViTBlock(nn.Module):
         x = x + self.proj((a @ v).transpose(1, 2).reshape(b, n, d))
         x = x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
         return self.head(x.mean(1))
+
+
+class _DeiTBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, mlp: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(dim, eps=1e-6), nn.LayerNorm(dim, eps=1e-6)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, mlp), nn.Linear(mlp, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        qkv = self.qkv(self.norm1(x)).reshape(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = torch.softmax((qkv[0] @ qkv[1].transpose(-2, -1)) * (d // self.heads) ** -0.5, -1)
+        x = x + self.proj((a @ qkv[2]).transpose(1, 2).reshape(b, n, d))
+        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+
+class DeiT(nn.Module):
+    """DeiT-tiny as defined by Touvron et al. / timm's ``deit_tiny_patch16_224``: 16x16 patches,
+    embedding 192, 12 blocks of 3 heads with an MLP of 768, a class token and learned position
+    embeddings, LayerNorm eps 1e-6, the head on the class token. ``depth`` and ``image`` shrink it;
+    weights are random with timm's init (truncated normal, std 0.02)."""
+
+    def __init__(self, depth: int = 12, image: int = 224, dim: int = 192, heads: int = 3, classes: int = 1000) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, 16, 16)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos = nn.Parameter(torch.zeros(1, (image // 16) ** 2 + 1, dim))
+        self.blocks = nn.Sequential(*(_DeiTBlock(dim, heads, 4 * dim) for _ in range(depth)))
+        self.norm, self.head = nn.LayerNorm(dim, eps=1e-6), nn.Linear(dim, classes)
+        for t in (self.cls, self.pos):
+            nn.init.trunc_normal_(t, std=0.02)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1) + self.pos
+        return self.head(self.norm(self.blocks(x))[:, 0])
 
 
 class LlamaBlock(nn.Module):
