@@ -34,7 +34,7 @@ from qflow.graph import (
     Value,
     float_fact,
 )
-from qflow.integrations import masked
+from qflow.integrations import duplicate_users, masked
 from qflow.ir import activations, copy_chains, delegate
 from qflow.ir.fx_nodes import (
     SLICES,
@@ -223,6 +223,9 @@ class FxAdapter:
                 continue  # torch.export's _guards_fn and similar
             self._add(node)
         self.dg.settle_inputs("integer graph input")
+        merging = tuple(t.name for t in self._members if t.merges_duplicate_users)
+        if merging and self.form in ("qdq", "folded"):
+            duplicate_users.oblige_distinct_duplicates(self.gm, self.dg, self.consts, merging)
         if self._carry and not self.target.members and self.target.outcome is Outcome.MISCOMPILE:
             masked.let_go(self.gm, self.dg)
         return self.dg

@@ -215,6 +215,17 @@ KINDS: dict[str, Kind] = {
             "Int8DynamicActivationIntxWeightConfig, which was measured right).",
         ),
         Kind(
+            "merged-duplicate-users",
+            "error",
+            "two users of one tensor that compute the same thing in different output domains",
+            "The Arm backend merges users of one tensor with the same op and arguments after it folds the "
+            "Q/DQ nodes (FuseDuplicateUsersPass, ExecuTorch 1.5.1), whatever their output domains: the later "
+            "one's consumers then read the earlier one's codes, in the wrong domain, with no error (measured: "
+            "two silu(x), one sharing a cat's domain — 190 output LSB off on the TOSA reference model).",
+            "Compute it once: give both the same output domain (one node with two users), or break the "
+            "duplication (a requantize of one shared result into each domain).",
+        ),
+        Kind(
             "kernel-argument-mismatch",
             "error",
             "a backend kernel's folded integer argument does not realise the declared domain",

@@ -85,6 +85,10 @@ class Target:
     #: CatConfig: ``len(node.all_input_nodes) >= 2``; campaign case 00077,
     #: ``cat([x, x])`` with a requant, exact on the runtime).
     delegated_min_inputs: Mapping[str, int] = field(default_factory=dict)
+    #: The backend merges users of one tensor with the same op and arguments after it folds the
+    #: Q/DQ nodes, whatever their output domains (Arm FuseDuplicateUsersPass, executorch 1.5.1;
+    #: measured: tests/test_duplicate_users.py). Such duplicates in different domains are an error.
+    merges_duplicate_users: bool = False
     #: Module path of the backend's reader, imported only when a program of this
     #: target is read: what its delegates really read and write and its own
     #: checks of what it emitted. See `backend_module`.

@@ -1,0 +1,79 @@
+"""Duplicate users the Arm backend merges after folding (transformer campaign case 00080-tx-arm-pc).
+
+Two ``silu(x)``: one shares a ``cat``'s wide output domain, the other keeps its own. After
+``FoldAndAnnotateQParamsPass``, Arm's ``FuseDuplicateUsersPass`` merges them (same op, same
+argument), and the second one's consumers read the first one's codes — measured here on the TOSA
+reference model, and an error qflow reports in every form.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import qflow
+from qflow.targets.arm import pipeline as arm
+
+
+class TwoSilus(torch.nn.Module):
+    def __init__(self, shared: bool) -> None:
+        super().__init__()
+        self.shared = shared
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a, b = F.silu(x), F.silu(x)
+        return (torch.cat([a, x * 4], -1) if self.shared else a), b
+
+
+def _build(shared: bool):
+    torch.manual_seed(0)
+    x = (torch.rand(1, 4, 8) * 2 - 1.5,)
+    converted = arm.quantize(TwoSilus(shared).eval(), x)
+    exported = torch.export.export(converted, x)
+    with arm.capture_after() as partitions:
+        lowered = arm.lower(exported, x)
+    want, got = converted(*x), arm.run_tosa_reference(lowered, x)
+    scale = float(next(n for n in converted.graph.nodes if n.op == "output").args[0][1].args[1])
+    lsb = float((got[1].reshape(want[1].shape) - want[1]).abs().max()) / scale
+    return converted, exported, list(partitions), lowered, lsb
+
+
+@pytest.fixture(scope="module")
+def merged():
+    return _build(shared=True)
+
+
+@pytest.fixture(scope="module")
+def same_domain():
+    return _build(shared=False)
+
+
+def test_the_backend_merges_them_and_computes_wrong(merged) -> None:
+    *_, lsb = merged
+    assert lsb > 16  # measured: 190 output LSB
+
+
+@pytest.mark.parametrize("target", ["arm-tosa", None])
+def test_qflow_reports_the_merge_before_partitioning(merged, target) -> None:
+    converted, exported, *_ = merged
+    for program in (converted, exported):
+        report = qflow.analyze(program, target=target)
+        found = [f for f in report.findings if f.kind == "merged-duplicate-users"]
+        assert report.status == "violated" and [f.node for f in found] == ["silu_1"], str(report)
+        assert "FuseDuplicateUsersPass" in found[0].message
+
+
+def test_the_folded_partition_and_the_lowered_program_are_errors_too(merged) -> None:
+    _, exported, partitions, lowered, _ = merged
+    folded = [qflow.analyze(p, target="arm-tosa") for p in partitions]
+    assert any(f.kind == "merged-duplicate-users" for r in folded for f in r.findings), "\n".join(map(str, folded))
+    assert qflow.analyze(lowered, target="arm-tosa", reference=exported).status == "violated"
+
+
+def test_duplicates_in_one_domain_prove_and_compute_right(same_domain) -> None:
+    converted, exported, partitions, lowered, lsb = same_domain
+    assert lsb <= 1
+    assert qflow.analyze(converted, target="arm-tosa").proved
+    assert all(qflow.analyze(p, target="arm-tosa").proved for p in partitions)
+    assert qflow.analyze(lowered, target="arm-tosa", reference=exported).proved
