@@ -164,6 +164,29 @@ def test_an_int_fp_partitions_float_quantize_and_dequantize_are_read() -> None:
     assert not any("TOSA artifact not checked" in n for n in qflow.analyze(lowered).notes)
 
 
+class TanhGelu(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(x, approximate="tanh") + F.gelu(x)
+
+
+@pytest.mark.parametrize("spec", ["TOSA-1.0+INT", "TOSA-1.0+INT+int16"])
+def test_a_table_tabulates_the_op_with_its_arguments(spec) -> None:
+    """gelu(x, approximate="tanh") is another TABLE than gelu(x): its entries are recomputed with the
+    node's own arguments (the transformer campaign's lowered form raised 10 false alarms without)."""
+    from executorch.backends.arm.quantizer import get_symmetric_a16w8_quantization_config
+
+    torch.manual_seed(0)
+    x = (torch.randn(1, 4, 16),)
+    cfg = get_symmetric_a16w8_quantization_config() if spec.endswith("int16") else None
+    converted = arm.quantize(TanhGelu().eval(), x, spec=spec, config=cfg)
+    lowered = arm.lower(converted, x, spec=spec)
+    prog = ta.read(lowered.exported_program().graph_module.lowered_module_0.processed_bytes)
+    assert sum(op.op == "TABLE" for op in prog.ops) == 2
+    assert not _artifact_errors(lowered)
+    report = qflow.analyze(lowered, target="arm-tosa", reference=torch.export.export(converted, x))
+    assert not report.errors and not any("TABLE" in f.message for f in report.findings), str(report)
+
+
 @pytest.mark.parametrize("name", ["grouped_conv", "grouped_conv_per_tensor"])
 def test_a_grouped_conv_split_per_group_takes_its_channels_scales(a8w4, name) -> None:
     """Arm lowers a grouped conv as one CONV2D per group, each with a slice of
