@@ -60,6 +60,13 @@ CASES: dict[str, tuple[str, str]] = {
         "exact",
         "relu into int16 then hardtanh back into int8: one fused CLAMP, its bounds quantized in the int8 output",
     ),
+    # the transformer menu (tx-*, issue #30)
+    "00130-tx-arm-custom": (
+        "miscompile",
+        "an A -> B -> A requant round trip through expand / view, B 96x coarser: Arm drops both requants, the "
+        "fake-quantized model rounds to B (53 LSB); carried before, as 'within one coarse step'",
+    ),
+    "00032-tx-arm-pc": ("exact", "gelu(approximate='tanh'): its TABLE is recomputed with the argument (lowered form)"),
     "00056-arm-custom": (
         "exact",
         "stack of one domain starts a chain back into it; hardtanh(0, 6) before it keeps the values inside B",

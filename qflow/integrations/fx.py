@@ -436,7 +436,7 @@ class FxAdapter:
                     f"its requant {actual} → {d}: the codes stay in {actual}. Nothing reads them as {d}: they "
                     f"reach {', '.join(reached)} through code copies, checked there against {actual}. {d} "
                     "clips no value the chain keeps, and skipping its rounding moves no value by more than "
-                    "half a step of the codes' grid or one step of the coarsest grid skipped."
+                    "a step of the codes' grid."
                 ),
             )
         )

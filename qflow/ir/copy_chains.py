@@ -13,8 +13,8 @@ A dropped requant is *carried* when, besides nobody reading B:
 - A and B are per-tensor (of any integer dtype: Arm keeps the codes in A's);
 - B's range holds every value that survives the clamps downstream (the
   reference clips to B, the target does not);
-- B's rounding cannot move a code of A: the grid of A lies in B's, or the half
-  steps of all carried grids on the chain stay under half a step of A;
+- B's rounding moves a code of A by at most one: the grid of A lies in B's, or
+  the half steps of all carried grids on the chain stay under a step of A;
 - an activation copies codes with bounds quantized in its *output* domain
   (Arm's QuantizeClampArgumentsPass): those codes must be the bounds in A.
   Consecutive activations are one clamp (FuseConsecutiveClampsPass): their
@@ -47,7 +47,6 @@ class Carry:
     lo: float  # the real values the codes can hold (the clamps upstream cut A's range)
     hi: float
     rounding: float  # the sum of the half steps of the skipped grids (real units)
-    coarsest: float  # the step of the coarsest grid skipped
 
 
 def _is(node: fx.Node, name: str) -> bool:
@@ -261,11 +260,12 @@ def carry(
         return None, f"{declared} clips values in [{keep_lo:.6g}, {keep_hi:.6g}] that the chain keeps", reached
     inside = _grid_inside(actual, declared)
     rounding = (upstream.rounding if upstream else 0.0) + (0.0 if inside else declared.scale / 2)  # type: ignore[operator]
-    coarsest = max(upstream.coarsest if upstream else 0.0, 0.0 if inside else declared.scale)  # type: ignore[type-var]
     # Skipping roundings moves a value by at most their half steps: no code of A when under half its
-    # step, else within one step of the coarsest grid skipped (Arm's FuseConsecutiveClampsPass and
-    # FuseConsecutiveRescalesPass accept the same; the soundness campaign's exact band)
-    if rounding >= actual.scale / 2 and rounding > coarsest:  # type: ignore[operator]
+    # step, one code of A (a tie's worth: campaign 00056, exact) when under a step. More is not
+    # carried: the reference rounds to a coarse grid the target skips, and a coarse step can be many
+    # codes of A (transformer campaign 00130-tx-arm-custom: an A → B → A round trip through a 96x
+    # coarser B, 53 output LSB off on the TOSA reference model)
+    if rounding >= actual.scale:  # type: ignore[operator]
         return None, f"skipping the roundings to {declared} and before moves values by up to {rounding:.4g}", reached
     source = upstream.source if upstream else x.name
-    return Carry(source, actual, lo, hi, rounding, coarsest), "", reached
+    return Carry(source, actual, lo, hi, rounding), "", reached
