@@ -58,39 +58,48 @@ def _key(node: fx.Node) -> Hashable | None:
     return key
 
 
-def _output_domain(node: fx.Node, consts: Consts) -> Domain | None:
-    """The domain `node`'s codes are in once folded: its folded output_qparams, or its one quantize user's."""
+def _output(node: fx.Node, consts: Consts) -> tuple[Domain | None, fx.Node | None]:
+    """The domain `node`'s codes are in once folded (its folded output_qparams, or its one quantize
+    user's) and that quantize (None in a folded partition)."""
     oq = node.meta.get("output_qparams")
     if isinstance(oq, dict) and oq:
-        return quant_args_domain(oq[min(oq)], node)
+        return quant_args_domain(oq[min(oq)], node), None
     qs = [u for u in node.users if classify(target_name(u)) is OpClass.QUANTIZE]
-    domains = {qdq_domain(q, consts) for q in qs}
-    return domains.pop() if len(domains) == 1 and len(qs) == len(node.users) else None
+    if len(qs) != 1 or len(node.users) != 1:
+        return None, None
+    return qdq_domain(qs[0], consts), qs[0]
 
 
 def oblige_distinct_duplicates(gm: fx.GraphModule, dg: DomainGraph, consts: Consts, targets: tuple[str, ...]) -> None:
-    """An error at each duplicate user a merge would move into another domain (on `targets`)."""
+    """An error at each duplicate user a merge moves into another domain (on `targets`). The repair
+    gives every duplicate the finest of their domains, and each one that needs its own a requant
+    after it (`fix_domain` on the edge to its quantize): merged, they then compute the same codes."""
     groups: dict[Hashable, list[fx.Node]] = {}
     for node in gm.graph.nodes:
         if node.op != "call_function" or classify(target_name(node)) in (OpClass.QUANTIZE, OpClass.DEQUANTIZE):
             continue
-        if not node.all_input_nodes or (key := _key(node)) is None:
-            continue
-        groups.setdefault(key, []).append(node)
+        if node.all_input_nodes and (key := _key(node)) is not None and node.name in dg.g:
+            groups.setdefault(key, []).append(node)
     for nodes in groups.values():
-        if len(nodes) < 2:
+        outs = {n: _output(n, consts) for n in nodes}
+        domains = {d for d, _ in outs.values() if d is not None}
+        if len(nodes) < 2 or len(domains) < 2 or any(d is None for d, _ in outs.values()):
             continue
-        kept, kept_dom = nodes[0], _output_domain(nodes[0], consts)
-        for node in nodes[1:]:
-            dom = _output_domain(node, consts)
-            if dom is None or kept_dom is None or dom == kept_dom or node.name not in dg.g:
-                continue
+        kept, (kept_dom, _) = nodes[0], outs[nodes[0]]
+        broken = [n for n in nodes[1:] if outs[n][0] != kept_dom]
+        per_tensor = all(not d.per_channel and not d.is_float for d in domains)
+        finest = min(domains, key=lambda d: float(d.scale)) if per_tensor else None  # type: ignore[arg-type]
+        fixable = finest is not None and all(q is not None for _, q in outs.values())
+        for n in [m for m in nodes if outs[m][0] != finest] if fixable else broken:
+            dom, q = outs[n]
+            at = n if n in broken else broken[0]
             detail = (
-                f"{node.name} computes what {kept.name} computes (same op, same input codes), so the backend "
+                f"{at.name} computes what {kept.name} computes (same op, same input codes), so the backend "
                 f"merges it into {kept.name} after folding the Q/DQ nodes (Arm FuseDuplicateUsersPass); its "
-                f"consumers then read codes in {kept.name}'s domain {kept_dom} instead of its own {dom}"
+                f"consumers then read codes in {kept.name}'s domain {kept_dom} instead of its own {outs[at][0]}"
             )
+            fix = {"edge": (n.name, q.name), "fix_domain": finest} if fixable and q is not None else {}
             dg.oblige(
-                Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind=KIND, holds=False,
-                           targets=targets, detail=detail)
+                Obligation(ObligationKind.STRUCTURAL, at.name, at.name, expected=dom, finding_kind=KIND,
+                           holds=False, targets=targets, detail=detail, **fix)
             )  # fmt: skip
