@@ -138,16 +138,7 @@ def test_qflow_never_proves_a_transformer_the_backend_gets_wrong(runs, model_nam
         assert not run.before.errors and not run.after.errors, where
 
 
-_LSTM_GAP = pytest.mark.xfail(
-    strict=True,
-    reason="lowered: 2 TOSA checks read aten_view_copy_default_5_fused_const, a constant an Arm pass made "
-    "from a node the partition program does not have, so nothing anchors it (reference-needed); open in #30",
-)
-INT8 = [
-    pytest.param(m, c, marks=_LSTM_GAP if (m, c) == ("lstm", "arm-a8w8") else (), id=f"{m}-{c}")
-    for m in MODELS
-    for c in ("arm-a8w8", "xnnpack")
-]
+INT8 = [pytest.param(m, c, id=f"{m}-{c}") for m in MODELS for c in ("arm-a8w8", "xnnpack")]
 
 
 @pytest.mark.parametrize(("model_name", "config"), INT8)

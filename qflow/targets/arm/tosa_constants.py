@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import fx
 
+from qflow.domain import Domain
 from qflow.ir.fx_nodes import Consts, target_name
 from qflow.ops import OpClass, classify
 from qflow.targets.arm.tosa_flatbuffer import TosaOp, TosaProgram
@@ -86,20 +87,49 @@ def _constant_reads(ep: Any, constants: dict[str, Any]) -> dict[str, list[Any]]:
 
 
 def _anchor_folded(prog: TosaProgram, anchors: Anchors, ep: Any) -> None:
+    candidates: list[str] | None = None
     for name, t in prog.tensors.items():
         suffix = next((s for s in FOLDED if name.endswith(s)), None)
         if suffix is None or name in anchors.consts or t.data is None:
             continue
         node = name.removesuffix(suffix)
-        d = anchors.node_out.get(node)
-        if d is None or d.per_channel or not isinstance(d.scale, float):
+        if node in anchors.node_out:
+            d = _codes_domain(ep, node, anchors, t.data)
+            if d is not None:
+                anchors.consts[name] = d
             continue
-        value = _evaluate(ep, node)
-        if value is None:
-            continue
-        codes = np.clip(np.round(value / d.scale) + d.zero_point, d.qmin, d.qmax)
-        if content_key(codes) == content_key(t.data):
-            anchors.consts[name] = d
+        # made from a node an Arm pass created (DecomposeLinearPass's views around an LSTM's constant
+        # first step): anchored when exactly one constant PT2E computation has these codes
+        candidates = _constant_nodes(ep, anchors) if candidates is None else candidates
+        found = {d for n in candidates if (d := _codes_domain(ep, n, anchors, t.data)) is not None}
+        if len(found) == 1:
+            anchors.consts[name] = found.pop()
+
+
+def _codes_domain(ep: Any, node: str, anchors: Anchors, data: np.ndarray) -> Domain | None:
+    """`node`'s declared output domain when its PT2E computation, quantized there, has `data`'s codes."""
+    d = anchors.node_out.get(node)
+    if d is None or d.per_channel or not isinstance(d.scale, float):
+        return None
+    value = _evaluate(ep, node)
+    if value is None:
+        return None
+    codes = np.clip(np.round(value / d.scale) + d.zero_point, d.qmin, d.qmax)
+    return d if content_key(codes) == content_key(data) else None
+
+
+def _constant_nodes(ep: Any, anchors: Anchors) -> list[str]:
+    """The partition's computations with a declared output domain that read constants only."""
+    consts, constant, out = Consts(ep.graph_module, ep), set(), []
+    for n in ep.graph.nodes:
+        if n.op in ("placeholder", "get_attr"):
+            if consts.is_constant(n):
+                constant.add(n)
+        elif n.op == "call_function" and all(a in constant for a in n.all_input_nodes):  # (a factory: none)
+            constant.add(n)
+            if n.name in anchors.node_out:
+                out.append(n.name)
+    return out
 
 
 def _evaluate(ep: Any, name: str) -> np.ndarray | None:
