@@ -150,6 +150,15 @@ def test_int8_transformers_are_proved_before_partitioning_and_lowered(runs, mode
     assert run.after.status == "proved", [f.message for f in run.after.findings if f.severity != "info"]
 
 
+def test_the_a16w8_lstm_is_proved_before_partitioning_and_lowered(runs) -> None:
+    """Its int16 sigmoid / tanh TABLEs were measured exact; every step shares one table per op
+    (FuseEqualPlaceholdersPass, ``<node>_table_constant_common``), each use anchored by the nodes
+    that read its codes and tabulate its entries."""
+    run = runs("lstm", "arm-a16w8")
+    assert run.lsb <= run.band
+    assert run.before.status == "proved" and run.after.status == "proved", [f.message for f in run.after.findings]
+
+
 @pytest.mark.parametrize("model_name", ["vit", "llama"])
 def test_a16w8_attention_is_unproven_at_the_int16_lowerings_measured_wrong(runs, model_name: str) -> None:
     """Arm's int16 exp / reciprocal / rsqrt (softmax, norms) were measured off by 20-240 LSB

@@ -816,6 +816,8 @@ class Interpreter:
         out = op.outputs[0]
         node = _fx_name(table, self.a.nodes)
         src = self.get(x)
+        if node is None and table.endswith("_common"):
+            node = self._shared_table_use(table, src)
         dom_in, dom_out = self.a.node_in.get(node or ""), self.a.node_out.get(node or "")
         fn = self.a.ops.get(node or "")
         dtype = self.out_dtype(op)
@@ -842,6 +844,28 @@ class Interpreter:
             )  # fmt: skip
             self.check(op, not bad, msg, None, dom_out)
         self.dom[out] = _dom_of(dom_out)
+
+    def _shared_table_use(self, table: str, src: Dom) -> str | None:
+        """The node one use of a table FuseEqualPlaceholdersPass shares (``<node>_table_constant_common``,
+        an LSTM's sigmoid at every step) stands for: the nodes of the named one's op that read codes in
+        `src`'s domain and whose table is these entries, when they all declare one output domain."""
+        named = _fx_name(table.removesuffix("_common"), self.a.nodes)
+        entries = self.data(table)
+        if named is None or entries is None or src.scale is None or src.zp is None:
+            return None
+        base = dict(self.a.order).get(named)
+        fits, outs = [], set()
+        for n, b in self.a.order:
+            d_in, d_out, fn = self.a.node_in.get(n), self.a.node_out.get(n), self.a.ops.get(n)
+            if b != base or d_in is None or d_out is None or fn is None or d_out.per_channel:
+                continue
+            if src.zp != d_in.zero_point or not _scale_ok(src.scale, d_in.scale, src.tol, _span(d_in.dtype)):  # type: ignore[arg-type]
+                continue
+            want = _table16(fn, d_in, d_out)[0] if len(entries) == 513 else _table8(fn, d_in, d_out)
+            if [int(v) for v in entries] == want:
+                fits.append(n)
+                outs.add(d_out)
+        return fits[0] if len(outs) == 1 else None
 
     def table16(
         self, op: TosaOp, fn: Any, node: str, table: str, entries: np.ndarray, dom_in: Domain, dom_out: Domain
