@@ -23,8 +23,8 @@ from typing import Any
 
 import torch.fx as fx
 
-from qflow.domain import Domain
-from qflow.graph import DomainGraph, Obligation, ObligationKind
+from qflow.domain import FLOAT, Domain
+from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value
 from qflow.ir.fx_nodes import Consts, qdq_domain, quant_args_domain, target_name
 from qflow.ops import OpClass, classify
 
@@ -87,6 +87,9 @@ def oblige_distinct_duplicates(gm: fx.GraphModule, dg: DomainGraph, consts: Cons
             continue
         kept, (kept_dom, _) = nodes[0], outs[nodes[0]]
         broken = [n for n in nodes[1:] if outs[n][0] != kept_dom]
+        if len({d.dtype for d in domains}) > 1:
+            _unproven(dg, broken, kept, kept_dom, targets)
+            continue
         per_tensor = all(not d.per_channel and not d.is_float for d in domains)
         finest = min(domains, key=lambda d: float(d.scale)) if per_tensor else None  # type: ignore[arg-type]
         fixable = finest is not None and all(q is not None for _, q in outs.values())
@@ -103,3 +106,29 @@ def oblige_distinct_duplicates(gm: fx.GraphModule, dg: DomainGraph, consts: Cons
                 Obligation(ObligationKind.STRUCTURAL, at.name, at.name, expected=dom, finding_kind=KIND,
                            holds=False, targets=targets, detail=detail, **fix)
             )  # fmt: skip
+
+
+def _unproven(
+    dg: DomainGraph, broken: list[fx.Node], kept: fx.Node, kept_dom: Domain, targets: tuple[str, ...]
+) -> None:
+    """Duplicates of different dtypes. Where the fold gives the op its output dtype as an argument
+    (a sum's ``dtype``) their signatures differ and nothing is merged: measured exact in 5 custom
+    transformer-campaign cases, an int8 and an int16 sum of one input, and proved in the folded
+    partition, which has the argument. The Q/DQ program does not say which ops get one: unproven."""
+    for n in broken:
+        blocker = f"{n.name}?merge"
+        reason = (
+            f"{n.name} computes what {kept.name} computes (same op, same input codes) in another dtype; the "
+            f"backend merges such users after folding (Arm FuseDuplicateUsersPass) into {kept.name}'s {kept_dom}, "
+            "and what that computes across dtypes was not measured to be right"
+        )
+        dg.add_value(
+            Value(
+                blocker,
+                "merge",
+                OpClass.UNKNOWN,
+                Definition(DefKind.FREE, blocking=True, reason=reason, blocks_as=KIND),
+            )
+        )
+        dg.oblige(Obligation(ObligationKind.USE, node=n.name, value=blocker, expected=FLOAT, expected_real=True,
+                             arg="its merge", finding_kind=KIND, targets=targets, severity="warning"))  # fmt: skip
