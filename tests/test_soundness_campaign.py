@@ -75,6 +75,10 @@ CASES: dict[str, tuple[str, str]] = {
         "an int16 and an int8 sum of one input: the fold gives each its dtype, so Arm does not merge them "
         "(unproven before partitioning, not an error)",
     ),
+    "00066-tx-arm-custom": (
+        "exact",
+        "a custom domain on the reshape of a LayerNorm weight: computed from constants, so computed ahead of time",
+    ),
     "00032-tx-arm-pc": ("exact", "gelu(approximate='tanh'): its TABLE is recomputed with the argument (lowered form)"),
     "00056-arm-custom": (
         "exact",
