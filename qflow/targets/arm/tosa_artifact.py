@@ -102,7 +102,8 @@ def add_evidence(dg: Any, prefix: str, call_name: str, checks: Iterable[Check]) 
             continue
         dg.oblige(
             Obligation(ObligationKind.STRUCTURAL, node=node, value=node, expected=c.expected, holds=c.ok,
-                       finding_kind=KIND, arg=f"TOSA {c.op} #{c.index}", targets=(TARGET_NAME,),
+                       finding_kind="table-interpolation" if c.inform and c.ok else KIND, arg=f"TOSA {c.op} #{c.index}",
+                       targets=(TARGET_NAME,), inform=c.inform,
                        detail=text + (f" (produced {describe(c.produced)}, expected {describe(c.expected)})"
                                       if c.produced or c.expected else ""))
         )  # fmt: skip
