@@ -616,6 +616,34 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
     return dict(rec)
 
 
+def reanalyze(rec: dict[str, Any]) -> dict[str, Any]:
+    """`rec` with its `annotated` and `pre` verdicts re-made by this qflow (the backend's outcome kept):
+    the same seeds quantize the same program, so a qflow fix is re-scored without lowering again.
+    `qflow_rev_pre` says which qflow made them."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from qflow.targets.arm.pipeline import export_module
+
+    index, full = parse_id(rec["id"])
+    variant, spec = base_variant(full), generate(index, menu_of(full))
+    rng = random.Random(index * 7919 + 17)
+    samples = sample_inputs(spec, N_CALIB, seed=index)
+    sink: dict[str, Any] = {}
+    prepared = prepare_pt2e(export_module(SpecModel(spec).eval(), samples[0]), make_quantizer(variant, rng, sink))
+    with torch.no_grad():
+        for x in samples:
+            prepared(*x)
+    exported = torch.export.export(convert_pt2e(prepared), samples[0], strict=True)
+    out = copy.deepcopy(rec)
+    out.setdefault("time", {})
+    if "annotated" in sink:
+        _qflow(out, "annotated", lambda: analyze(sink["annotated"], target_of(variant)))
+    _qflow(out, "pre", lambda: analyze(exported, target_of(variant)))
+    out["verdict"] = out["qflow"]["pre"]["verdict"]
+    out["qflow_rev_pre"] = qflow_revision()
+    return out
+
+
 def _as_list(out: Any) -> list[torch.Tensor]:
     return [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)]
 

@@ -169,11 +169,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--time-limit", type=int, default=240, help="seconds per case")
     ap.add_argument("--log", type=Path, help="worker stderr goes here")
+    ap.add_argument(
+        "--reanalyze",
+        type=Path,
+        help="re-make the annotated / pre verdicts of these results (--ids: only those) into --out",
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
         worker(a.worker.split(","), a.out, a.time_limit)
         return 0
+    if a.reanalyze:
+        return reanalyze(a.reanalyze, a.out, a.ids)
     if a.case or a.spec:
         sys.path[:0] = [str(HERE), str(ROOT)]
         import case
@@ -201,6 +208,27 @@ def main(argv: list[str] | None = None) -> int:
         else:
             ids.append(_default_id(i))
     campaign(ids, a.out, a.batch, a.time_limit, a.log, a.jobs)
+    return 0
+
+
+def reanalyze(src: Path, out: Path, ids: str | None) -> int:
+    """Re-score a results file's `pre` / `annotated` verdicts with this qflow, in this process (no lowering:
+    the backend's outcome stays). Appends to `out`; summary.py reads both files, the later record winning."""
+    sys.path[:0] = [str(HERE), str(ROOT)]
+    import case
+
+    want = None
+    if ids:
+        text = Path(ids[1:]).read_text() if ids.startswith("@") else ids.replace(",", "\n")
+        want = {i.strip() for i in text.splitlines() if i.strip()}
+    for line in src.read_text().splitlines():
+        rec = json.loads(line)
+        if (
+            (want is None or rec.get("id") in want)
+            and rec.get("id") not in done_ids(out)
+            and "pre" in rec.get("qflow", {})
+        ):
+            _append(out, case.reanalyze(rec))
     return 0
 
 

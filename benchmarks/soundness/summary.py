@@ -232,6 +232,11 @@ def _versions(recs: list[dict[str, Any]]) -> str:
     revs = Counter(r["qflow_rev"] for r in recs if r.get("qflow_rev"))
     if revs:  # the commits the cases ran with
         vs.append("qflow " + " / ".join(f"{rev} ({n} cases)" if len(revs) > 1 else rev for rev, n in revs.items()))
+        again = Counter(r["qflow_rev_pre"] for r in recs if r.get("qflow_rev_pre"))
+        if again:  # run.py --reanalyze: the annotated / pre verdicts re-made without lowering again
+            vs.append(
+                "annotated / pre re-made by qflow " + " / ".join(f"{rev} ({n} cases)" for rev, n in again.items())
+            )
         return ", ".join(vs)
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout
