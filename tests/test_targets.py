@@ -219,8 +219,9 @@ def test_stock_arm_models_keep_no_error_with_every_target(built) -> None:
 
 
 def test_the_lowerings_measured_off_are_the_measured_table_rows() -> None:
-    """`measured_off` (what an unvalidated-lowering finding says was measured) is the stock int16
-    rows of the contract table measured wrong, with their numbers."""
+    """`measured_off` (what an unvalidated-lowering finding says was measured) holds the stock int16
+    rows of the contract table measured wrong, with their numbers, and the int16 TABLE ops the
+    transformer campaign found off."""
     rows = json.loads((Path(__file__).parents[1] / "benchmarks" / "contracts.json").read_text())["rows"]
     wrong = {
         r["op"]: float(r["lsb"])
@@ -228,7 +229,9 @@ def test_the_lowerings_measured_off_are_the_measured_table_rows() -> None:
         if r["target"] == "arm-tosa+int16" and r["variant"] == "stock" and r["outcome"] == "miscompile"
     }
     off = targets.get("arm-tosa").measured_off["int16"]
-    assert {_MEASURED_AS.get(op, op) for op in off} == set(wrong)
+    assert set(wrong) <= {_MEASURED_AS.get(op, op) for op in off}
     for op, text in off.items():
-        assert f" {wrong[_MEASURED_AS.get(op, op)]:g} output LSB off" in text
+        measured = wrong.get(_MEASURED_AS.get(op, op))
+        # the rest: measured exact on the probe and off in the transformer campaign, which the text says
+        assert f" {measured:g} output LSB off" in text if measured is not None else "transformer campaign" in text
         assert not targets.get("arm-tosa").lowering_validated(op, "int16")
