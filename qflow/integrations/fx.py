@@ -41,6 +41,7 @@ from qflow.ir.fx_nodes import (
     Consts,
     all_float_outputs,
     arg_label,
+    constant_nodes,
     detect_form,
     dtype_name,
     is_float,
@@ -395,14 +396,7 @@ class FxAdapter:
         domain on the reshape of a LayerNorm weight, exact on the TOSA reference model), and the TOSA
         artifact check anchors what it made (`_fused_const`) by that computation."""
         if self._constant_nodes is None:
-            found: set[fx.Node] = set()
-            for n in self.gm.graph.nodes:  # (topological: each node's inputs are decided before it)
-                if n.op in ("placeholder", "get_attr"):
-                    if self.consts.is_constant(n):
-                        found.add(n)
-                elif n.op == "call_function" and all(a in found for a in n.all_input_nodes):
-                    found.add(n)
-            self._constant_nodes = found
+            self._constant_nodes = constant_nodes(self.gm.graph, self.consts)
         return node in self._constant_nodes
 
     def _single_copy(self, node: fx.Node) -> bool:

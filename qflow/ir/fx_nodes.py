@@ -299,3 +299,16 @@ def tensor_args(node: fx.Node) -> Iterator[tuple[int, int | None, fx.Node]]:
 
 def arg_label(i: int, j: int | None) -> str:
     return f"args[{i}]" if j is None else f"args[{i}][{j}]"
+
+
+def constant_nodes(graph: fx.Graph, consts: Consts) -> set[fx.Node]:
+    """The nodes computed from constants only (a factory op, a weight's reshape): what a lowering
+    computes ahead of time. One pass: a graph lists each node's inputs before it."""
+    found: set[fx.Node] = set()
+    for n in graph.nodes:
+        if n.op in ("placeholder", "get_attr"):
+            if consts.is_constant(n):
+                found.add(n)
+        elif n.op == "call_function" and all(a in found for a in n.all_input_nodes):
+            found.add(n)
+    return found

@@ -27,7 +27,7 @@ import torch
 from torch import fx
 
 from qflow.domain import Domain
-from qflow.ir.fx_nodes import Consts, target_name
+from qflow.ir.fx_nodes import Consts, constant_nodes, target_name
 from qflow.ops import OpClass, classify
 from qflow.targets.arm.tosa_flatbuffer import TosaOp, TosaProgram
 from qflow.targets.arm.tosa_interpreter import Anchors, Interpreter
@@ -120,16 +120,8 @@ def _codes_domain(ep: Any, node: str, anchors: Anchors, data: np.ndarray) -> Dom
 
 def _constant_nodes(ep: Any, anchors: Anchors) -> list[str]:
     """The partition's computations with a declared output domain that read constants only."""
-    consts, constant, out = Consts(ep.graph_module, ep), set(), []
-    for n in ep.graph.nodes:
-        if n.op in ("placeholder", "get_attr"):
-            if consts.is_constant(n):
-                constant.add(n)
-        elif n.op == "call_function" and all(a in constant for a in n.all_input_nodes):  # (a factory: none)
-            constant.add(n)
-            if n.name in anchors.node_out:
-                out.append(n.name)
-    return out
+    constant = constant_nodes(ep.graph, Consts(ep.graph_module, ep))
+    return [n.name for n in ep.graph.nodes if n in constant and n.op == "call_function" and n.name in anchors.node_out]
 
 
 def _evaluate(ep: Any, name: str) -> np.ndarray | None:
