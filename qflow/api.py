@@ -35,7 +35,7 @@ def domain_graph(
         if form not in (None, "lowered"):
             what = "the .pte bytes" if pte_bytes else str(obj)
             raise InputError(f"{what}: an ExecuTorch program is read as shipped (form 'lowered'), not {form!r}")
-        return pte.build(obj, _reference(reference) if reference is not None else None)
+        return pte.build(obj, _owner(reference) if reference is not None else None)
     read_reference = t.hook("read_reference") if reference is not None else None
     if reference is not None and read_reference is None:
         raise InputError(
@@ -63,16 +63,6 @@ def _owner(reference: Any) -> Any:
     if owner is None:
         raise InputError("reference: pass the ExportedProgram the program came from (or its .pt2), not a bare graph")
     return owner
-
-
-def _reference(reference: Any) -> Any:
-    """What the PT2E program a .pte was lowered from declares (`tosa_artifact.Reference`)."""
-    from qflow.targets.arm import tosa_artifact
-
-    ref = tosa_artifact.reference(_owner(reference))
-    if not ref.constants and not ref.activations:
-        raise InputError(f"reference {reference}: no quantized constant or activation in it (is it a PT2E program?)")
-    return ref
 
 
 def _has_qdq(gm: Any) -> bool:

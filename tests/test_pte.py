@@ -18,6 +18,8 @@ import torch.nn.functional as F
 import qflow
 from qflow.cli import main
 from qflow.integrations import pte
+from qflow.ir import pte_program, pte_tables
+from qflow.targets.arm import pte_payload, tosa_io
 
 pytest_plugins = ["pytester"]
 
@@ -40,6 +42,12 @@ def serialized(lowered) -> bytes:
     """The .pte of a shared program: `to_executorch` rewrites the program it is
     called on (memory planning, out variants, renamed nodes), so serialize a copy."""
     return copy.deepcopy(lowered).to_executorch().buffer
+
+
+def _tosa_types(payload: bytes) -> tuple[list[str], list[str]]:
+    names = tosa_io.io_names(payload)
+    assert names is not None
+    return [t for _, t in names[0]], [t for _, t in names[1]]
 
 
 def _errors(report) -> list[tuple[str, str]]:
@@ -71,7 +79,7 @@ def test_the_tosa_io_types_are_those_the_in_memory_check_reads(built, ptes) -> N
     call = next(n for n in ep.graph.nodes if "call_delegate" in str(n.target))
     ins, outs = delegate.boundaries(delegate.lowered_module(ep.graph_module, call))
     [d] = pte.read_pte(ptes["seed000_control"]).plans[0].delegates
-    assert pte._tosa_io(d.payload) == ([b.backend_dtype for b in ins], [b.backend_dtype for b in outs])
+    assert _tosa_types(d.payload) == ([b.backend_dtype for b in ins], [b.backend_dtype for b in outs])
 
 
 def _artifact_errors(report) -> list[str]:
@@ -106,19 +114,19 @@ def test_bundled_examples_from_the_cli_have_the_in_memory_artifact_verdict(built
 
 
 def test_without_the_artifact_validator_a_tosa_delegates_io_domains_are_unproven(ptes, monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, pte.TOSA_ARTIFACT_HOOK, None)  # import fails: the validator is missing
+    monkeypatch.setitem(sys.modules, pte_payload.TOSA_ARTIFACT_CHECK, None)  # import fails: the validator is missing
     r = qflow.analyze(ptes["seed000_probe"])
     assert not r.proved and not r.errors
     assert {f.node for f in r.findings} == {"delegate_0/input_0", "dequantize_per_tensor"}
-    assert all(f.status == "unproven" and pte.TOSA_ARTIFACT_HOOK in f.message for f in r.findings)
+    assert all(f.status == "unproven" and pte_payload.TOSA_ARTIFACT_CHECK in f.message for f in r.findings)
 
 
 def _patch_scalar_type(data: bytes, value_index: int, scalar_type: int) -> bytes:
     """The program with one tensor EValue's scalar_type overwritten (a stale dtype, seed 002's symptom)."""
-    size, _ = pte._extended_header(data)
-    prog = pte.table("qflow_fb_program", "Program").GetRootAs(data[:size], 0)
+    size, _ = pte_program._extended_header(data)
+    prog = pte_tables.table("qflow_fb_program", "Program").GetRootAs(data[:size], 0)
     ev = prog.ExecutionPlan(0).Values(value_index)
-    t = pte.as_table("qflow_fb_program", "Tensor", ev.Val())
+    t = pte_tables.as_table("qflow_fb_program", "Tensor", ev.Val())
     off = t._tab.Offset(4)
     assert off
     buf = bytearray(data)
@@ -165,7 +173,8 @@ def test_reading_a_pte_imports_no_torch(ptes) -> None:
     validator is left out here: it borrows qflow.ir.activations' helpers,
     which import torch.)"""
     code = (
-        f"import sys; sys.modules[{pte.TOSA_ARTIFACT_HOOK!r}] = None; import qflow; r = qflow.analyze(sys.argv[1]); "
+        f"import sys; sys.modules[{pte_payload.TOSA_ARTIFACT_CHECK!r}] = None; import qflow; "
+        "r = qflow.analyze(sys.argv[1]); "
         "assert 'torch' not in sys.modules, 'torch imported'; print(r.obligations['proved'])"
     )
     done = subprocess.run(
@@ -321,9 +330,9 @@ def cpu_only_pte(tmp_path_factory):
 
 
 def _patch_double(data: bytes, value_index: int, new: float) -> bytes:
-    size, _ = pte._extended_header(data)
-    ev = pte.table("qflow_fb_program", "Program").GetRootAs(data[:size], 0).ExecutionPlan(0).Values(value_index)
-    t = pte.as_table("qflow_fb_program", "Double", ev.Val())
+    size, _ = pte_program._extended_header(data)
+    ev = pte_tables.table("qflow_fb_program", "Program").GetRootAs(data[:size], 0).ExecutionPlan(0).Values(value_index)
+    t = pte_tables.as_table("qflow_fb_program", "Double", ev.Val())
     buf = bytearray(data)
     struct.pack_into("<d", buf, t._tab.Pos + t._tab.Offset(4), new)
     return bytes(buf)
@@ -371,7 +380,7 @@ def test_a_tosa_payload_is_handed_to_the_artifact_validator_with_the_programs_an
         add_evidence=add_evidence,
         link_constants=lambda prog, table: {},
     )
-    monkeypatch.setitem(sys.modules, pte.TOSA_ARTIFACT_HOOK, stub)
+    monkeypatch.setitem(sys.modules, pte_payload.TOSA_ARTIFACT_CHECK, stub)
     dg = pte.build(ptes["seed000_control"])
     q = dg.value("quantize_per_tensor").definition.domain
     dq = dg.value("dequantize_per_tensor").definition.domain

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 import qflow
 from qflow.cli import main
 from qflow.integrations import pte
+from qflow.ir import pte_tables
 from qflow.targets.xnnpack import payload as xnn
 
 
@@ -104,15 +105,15 @@ def patch_qparams(
     assert at >= 0 and data.find(payload, at + 1) < 0
     fb = xnn.flatbuffer_of(payload)
     base = at + payload.find(fb)
-    g = pte.table("qflow_fb_xnnpack", "XNNGraph").GetRootAs(fb, 0)
+    g = pte_tables.table("qflow_fb_xnnpack", "XNNGraph").GetRootAs(fb, 0)
     for i in range(g.XvaluesLength()):
         xv = g.Xvalues(i)
         if xv.XvalueUnionType() != 2:  # XNNQuantizedTensorValue
             continue
-        body = pte.as_table("qflow_fb_xnnpack", "XNNQuantizedTensorValue", xv.XvalueUnion())
+        body = pte_tables.as_table("qflow_fb_xnnpack", "XNNQuantizedTensorValue", xv.XvalueUnion())
         if body.TensorValue().IdOut() != value_id:
             continue
-        q = pte.as_table("qflow_fb_xnnpack", "PerTensorQuant", body.QuantParams())
+        q = pte_tables.as_table("qflow_fb_xnnpack", "PerTensorQuant", body.QuantParams())
         buf = bytearray(data)
         for field, fmt, new in ((4, "<f", scale), (6, "<i", zp)):
             if new is not None:
@@ -129,7 +130,7 @@ def patch_output_max(data: bytes, payload: bytes, node_index: int, value: float)
     at = data.find(payload)
     fb = xnn.flatbuffer_of(payload)
     base = at + payload.find(fb)
-    mm = pte.table("qflow_fb_xnnpack", "XNNGraph").GetRootAs(fb, 0).Xnodes(node_index).OutputMinMax()
+    mm = pte_tables.table("qflow_fb_xnnpack", "XNNGraph").GetRootAs(fb, 0).Xnodes(node_index).OutputMinMax()
     off = mm._tab.Offset(6)
     assert off
     buf = bytearray(data)

@@ -9,427 +9,43 @@ exported program is needed: the domain graph is built from the plan itself.
   a quantize writes codes in the domain its arguments name, a dequantize reads
   codes in its domain, everything else computes in float.
 * Each delegate call is a dtype edge and, where the payload records it, a
-  domain edge: the payload's own input / output tensors (XNNPACK: datatype and
-  quantization parameters; TOSA: the flatbuffer's tensor types) against the
-  EValues the parent feeds and declares, and against the parent's quantize
-  into an input and dequantize of an output.
-* An XNNPACK payload is validated inside too (``qflow.targets.xnnpack.payload``).
-  A TOSA payload's internal domains are the TOSA artifact validator's job
-  (:data:`TOSA_ARTIFACT_HOOK`); until it is installed, the domain of a TOSA
-  delegate's integer IO is *unproven*, never assumed.
+  domain edge: the payload's own input / output tensors against the EValues the
+  parent feeds and declares, and against the parent's quantize into an input and
+  dequantize of an output. The payload is read by the target that owns its
+  backend id (its ``read_payload`` hook; `qflow.ir.payload_io`), which may also
+  check it inside (its own obligations) and, once the plan is read, against what
+  the program states around the call (its ``check_payload`` hook). A delegate
+  whose payload no target reads keeps its integer IO domains *unproven*.
 
-The flatbuffers are read with Python code that the ``flatc`` shipped in the
-ExecuTorch wheel generates from the schemas shipped there (namespaces renamed,
-so nothing collides with ExecuTorch's own modules), once per process. Nothing
-here imports torch or ExecuTorch's Python packages.
+The container is read by `qflow.ir.pte_program`. Nothing here imports torch or
+ExecuTorch's Python packages (a backend's check may).
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import struct
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qflow import targets
 from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
-from qflow.ir.pte_tables import PROGRAM_NS, as_table, table, union_names
+from qflow.ir.payload_io import PayloadIO, PayloadSite
+from qflow.ir.pte_program import ITEMSIZE, SCALAR_TYPES, Call, Delegate, EValue, Plan, PteProgram, is_pte, read_pte
 from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify, code_sources
-from qflow.targets.arm import tosa_io
-from qflow.targets.arm.vela import ELEM_DTYPE, io_elem_sizes
 
-__all__ = ["PteProgram", "TOSA_ARTIFACT_HOOK", "build", "is_pte", "read_pte"]
+__all__ = ["PteProgram", "build", "is_pte", "read_pte"]
 
-#: The TOSA artifact validator a TOSA delegate's payload is handed to (branch
-#: ``artifact``; API not fixed yet). Used as: ``read(payload) -> TosaProgram``,
-#: ``Anchors(inputs={tosa input name: Domain | None}, outputs=[(Domain | None,
-#: where)], consts={})``, ``validate(program, anchors) -> [Check]`` and
-#: ``add_evidence(domain_graph, prefix, call_name, checks)``. The anchors are
-#: what the .pte states: the parent's quantize into each input, its dequantize
-#: of each output. Missing or with another API, the domains at a TOSA
-#: delegate's integer IO stay *unproven*.
-TOSA_ARTIFACT_HOOK = "qflow.targets.arm.tosa_artifact"
-
-# --------------------------------------------------------------------------------------------
-# The program
-# --------------------------------------------------------------------------------------------
-
-#: executorch ScalarType codes (schema/scalar_type.fbs) → qflow dtype names.
-SCALAR_TYPES = {
-    0: "uint8",
-    1: "int8",
-    2: "int16",
-    3: "int32",
-    4: "int64",
-    5: "float16",
-    6: "float32",
-    7: "float64",
-    11: "bool",
-    12: "int8",  # QINT8
-    13: "uint8",  # QUINT8
-    14: "int32",  # QINT32
-    15: "bfloat16",
-    22: "uint16",  # BITS16
-    27: "uint16",
-    28: "uint32",
-    29: "uint64",
-}
-_ITEM = {"uint8": "B", "int8": "b", "int16": "h", "int32": "i", "int64": "q", "float32": "f", "float64": "d"}
-_ITEM |= {"bool": "?", "uint16": "H", "uint32": "I", "uint64": "Q"}
 _DOMAIN_FREE = frozenset({"int64", "bool", "uint16", "uint32", "uint64"})
 
 
-@dataclass(frozen=True)
-class EValue:
-    """One entry of an execution plan's value table."""
-
-    index: int
-    kind: str  # Tensor, Int, Double, Bool, Null, String, IntList, DoubleList, BoolList, TensorList, ...
-    value: Any = None  # Int / Double / Bool / String; lists as tuples; TensorList: item indices
-    dtype: str | None = None  # Tensor: qflow dtype name
-    sizes: tuple[int, ...] = ()
-    constant: bool = False  # Tensor: data stored in the program (data_buffer_idx > 0)
-    data_buffer: int = 0
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for s in self.sizes:
-            n *= int(s)
-        return n
-
-
-@dataclass(frozen=True)
-class Call:
-    """One instruction: a kernel call (``name`` is ``ns::op.overload``) or a delegate call."""
-
-    index: int
-    kind: str  # "kernel" | "delegate" | other instruction names ("MoveCall", ...)
-    name: str
-    args: tuple[int, ...]
-    delegate: int | None = None
-
-
-@dataclass(frozen=True)
-class Delegate:
-    """A delegate's payload: backend id and its processed bytes (inline or from a segment)."""
-
-    index: int
-    backend_id: str
-    payload: bytes
-    compile_specs: tuple[tuple[str, bytes], ...] = ()
-
-
-@dataclass(frozen=True)
-class Plan:
-    name: str
-    values: tuple[EValue, ...]
-    inputs: tuple[int, ...]
-    outputs: tuple[int, ...]
-    calls: tuple[Call, ...]
-    delegates: tuple[Delegate, ...]
-
-
-@dataclass(frozen=True)
-class PteProgram:
-    """What a .pte holds, as far as quantization domains go."""
-
-    source: str
-    plans: tuple[Plan, ...]
-    constants: Any = field(default=None, repr=False, compare=False)  # callable(data_buffer_idx) -> bytes | None
-
-    def tensor_data(self, ev: EValue) -> list[Any] | None:
-        """The numbers of a constant tensor (scales / zero points given as tensors), or None."""
-        if not ev.constant or self.constants is None or ev.dtype not in _ITEM:
-            return None
-        raw = self.constants(ev.data_buffer)
-        fmt = _ITEM[ev.dtype]
-        size = struct.calcsize(fmt) * ev.numel
-        if raw is None or len(raw) < size:
-            return None
-        return list(struct.unpack_from(f"<{ev.numel}{fmt}", raw, 0))
-
-
-def is_pte(path: str | Path) -> bool:
-    """True when `path` is an ExecuTorch program (file identifier ``ET..`` at offset 4)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-    except OSError:
-        return False
-    return len(head) == 8 and head[4:6] == b"ET"
-
-
-def _extended_header(data: bytes) -> tuple[int, int]:
-    """(program size, segment base offset) from the ``eh00`` header, or (len, 0)."""
-    if len(data) >= 32 and data[8:12] == b"eh00":
-        length = struct.unpack_from("<I", data, 12)[0]
-        if length >= 24:
-            size, base = struct.unpack_from("<QQ", data, 16)
-            return int(size), int(base)
-    return len(data), 0
-
-
-def _s(b: Any) -> str:
-    return b.decode("utf-8", "replace") if isinstance(b, (bytes, bytearray)) else str(b or "")
-
-
-def read_pte(src: str | Path | bytes) -> PteProgram:
-    """Parse a .pte (path or bytes): execution plans, values, instructions and delegate payloads."""
-    if isinstance(src, (bytes, bytearray)):
-        data, where = bytes(src), "<bytes>"
-    else:
-        p = Path(src)
-        if not p.is_file():
-            raise InputError(f"{p}: no such file")
-        data, where = p.read_bytes(), str(p)
-    if len(data) < 8 or data[4:6] != b"ET":
-        raise InputError(f"{where}: not an ExecuTorch program (no 'ET' file identifier at offset 4)")
-    size, base = _extended_header(data)
-    try:
-        prog = table(PROGRAM_NS, "Program").GetRootAs(data[:size], 0)
-        return _read_program(prog, data, base, where)
-    except InputError:
-        raise
-    except Exception as e:  # a truncated or corrupt flatbuffer raises anything
-        raise InputError(f"{where}: cannot read the ExecuTorch program: {type(e).__name__}: {e}") from e
-
-
-def _segment(prog: Any, data: bytes, base: int, index: int, where: str) -> bytes:
-    if index >= prog.SegmentsLength():
-        raise InputError(f"{where}: segment {index} does not exist ({prog.SegmentsLength()} segments)")
-    seg = prog.Segments(index)
-    start, n = base + seg.Offset(), seg.Size()
-    if start + n > len(data):
-        raise InputError(f"{where}: segment {index} overflows the file ({start + n} > {len(data)} bytes)")
-    return data[start : start + n]
-
-
-def _read_program(prog: Any, data: bytes, base: int, where: str) -> PteProgram:
-    kernel_types = union_names(PROGRAM_NS, "KernelTypes")
-    instr_types = union_names(PROGRAM_NS, "InstructionArguments")
-    plans = []
-    for pi in range(prog.ExecutionPlanLength()):
-        ep = prog.ExecutionPlan(pi)
-        values = tuple(_evalue(ep.Values(i), i, kernel_types) for i in range(ep.ValuesLength()))
-        ops = [ep.Operators(i) for i in range(ep.OperatorsLength())]
-        op_names = [f"{_s(o.Name())}.{_s(o.Overload()) or 'default'}" for o in ops]
-        calls: list[Call] = []
-        for ci in range(ep.ChainsLength()):
-            chain = ep.Chains(ci)
-            for ii in range(chain.InstructionsLength()):
-                ins = chain.Instructions(ii)
-                kind = instr_types.get(ins.InstrArgsType(), "NONE")
-                if kind == "KernelCall":
-                    kc = as_table(PROGRAM_NS, "KernelCall", ins.InstrArgs())
-                    op = kc.OpIndex()
-                    if not 0 <= op < len(op_names):
-                        raise InputError(f"{where}: instruction {len(calls)} calls operator {op}, which is not listed")
-                    args = tuple(int(kc.Args(j)) for j in range(kc.ArgsLength()))
-                    calls.append(Call(len(calls), "kernel", op_names[op], args))
-                elif kind == "DelegateCall":
-                    dc = as_table(PROGRAM_NS, "DelegateCall", ins.InstrArgs())
-                    args = tuple(int(dc.Args(j)) for j in range(dc.ArgsLength()))
-                    calls.append(Call(len(calls), "delegate", "executorch_call_delegate", args, dc.DelegateIndex()))
-                else:
-                    calls.append(Call(len(calls), kind, kind, ()))
-        delegates = []
-        for di in range(ep.DelegatesLength()):
-            d = ep.Delegates(di)
-            ref = d.Processed()
-            loc_inline = ref.Location() == 0  # DataLocation.INLINE
-            if loc_inline:
-                if ref.Index() >= prog.BackendDelegateDataLength():
-                    raise InputError(f"{where}: delegate {di} inline data {ref.Index()} does not exist")
-                blob = prog.BackendDelegateData(ref.Index())
-                payload = _vector_bytes(blob, 4)
-            else:
-                payload = _segment(prog, data, base, ref.Index(), where)
-            specs = []
-            for si in range(d.CompileSpecsLength()):
-                cs = d.CompileSpecs(si)
-                val = _vector_bytes(cs, 6)
-                specs.append((_s(cs.Key()), val))
-            delegates.append(Delegate(di, _s(d.Id()), payload, tuple(specs)))
-        inputs = tuple(int(ep.Inputs(i)) for i in range(ep.InputsLength()))
-        outputs = tuple(int(ep.Outputs(i)) for i in range(ep.OutputsLength()))
-        plans.append(Plan(_s(ep.Name()), values, inputs, outputs, tuple(calls), tuple(delegates)))
-    return PteProgram(where, tuple(plans), _constant_reader(prog, data, base, where))
-
-
-def _vector_bytes(obj: Any, field: int) -> bytes:
-    """A [ubyte] field of a generated table as bytes (no numpy needed)."""
-    o = obj._tab.Offset(field)
-    if not o:
-        return b""
-    start, n = obj._tab.Vector(o), obj._tab.VectorLen(o)
-    return bytes(obj._tab.Bytes[start : start + n])
-
-
-def _constant_reader(prog: Any, data: bytes, base: int, where: str) -> Any:
-    """data_buffer_idx → bytes: the constant segment (offsets) or the inline constant_buffer."""
-    cs = prog.ConstantSegment()
-    offsets = [int(cs.Offsets(i)) for i in range(cs.OffsetsLength())] if cs is not None else []
-
-    def read(idx: int) -> bytes | None:
-        if offsets and base and idx < len(offsets):
-            seg = _segment(prog, data, base, cs.SegmentIndex(), where)
-            end = offsets[idx + 1] if idx + 1 < len(offsets) else len(seg)
-            return seg[offsets[idx] : end]
-        if idx < prog.ConstantBufferLength():
-            buf = prog.ConstantBuffer(idx)
-            return _vector_bytes(buf, 4)
-        return None
-
-    return read
-
-
-def _evalue(ev: Any, index: int, kernel_types: dict[int, str]) -> EValue:
-    kind = kernel_types.get(ev.ValType(), "NONE")
-    if kind == "NONE":
-        return EValue(index, "Null")
-    t = as_table(PROGRAM_NS, kind, ev.Val())
-    if kind == "Tensor":
-        st = t.ScalarType()
-        sizes = tuple(int(t.Sizes(i)) for i in range(t.SizesLength()))
-        return EValue(
-            index,
-            kind,
-            None,
-            SCALAR_TYPES.get(st, f"scalar_type_{st}"),
-            sizes,
-            t.DataBufferIdx() > 0,
-            t.DataBufferIdx(),
-        )
-    if kind == "Int":
-        return EValue(index, kind, int(t.IntVal()))
-    if kind == "Double":
-        return EValue(index, kind, float(t.DoubleVal()))
-    if kind == "Bool":
-        return EValue(index, kind, bool(t.BoolVal()))
-    if kind == "String":
-        return EValue(index, kind, _s(t.StringVal()))
-    if kind in ("IntList", "DoubleList", "BoolList"):
-        return EValue(index, kind, tuple(t.Items(i) for i in range(t.ItemsLength())))
-    if kind in ("TensorList", "OptionalTensorList"):
-        return EValue(index, kind, tuple(int(t.Items(i)) for i in range(t.ItemsLength())))
-    return EValue(index, kind)
-
-
-# --------------------------------------------------------------------------------------------
-# Delegate boundaries
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class PayloadIO:
-    """What a delegate payload says about its IO: per input / output, the
-    dtype it reads or writes and, when recorded, the domain of the codes
-    (None: integer codes in a domain the payload does not state)."""
-
-    inputs: list[tuple[str, Domain | None]] | None  # None: the payload's IO is not readable
-    outputs: list[tuple[str, Domain | None]] | None
-    artifact: str  # where it was read, for messages
-    graph: DomainGraph | None = None  # the payload's own obligations (names relative to the delegate)
-    #: Why an integer IO domain is unknown (the message of the unproven obligation).
-    unknown_domain: str = ""
-    #: The TOSA artifact validator checks this payload against the parent's anchors.
-    anchored: bool = False
-    #: For each payload input, the delegate call argument it reads (XNNPACK's external ids;
-    #: None: the k-th). An argument no input reads (a lifted weight the payload holds as its
-    #: own constant) is not the backend's to read.
-    input_args: list[int] | None = None
-
-
-def _tosa_io(payload: bytes) -> tuple[list[str], list[str]] | None:
-    """Input and output tensor types of a TOSA flatbuffer, in block order."""
-    names = tosa_io.io_names(payload)
-    return None if names is None else ([t for _, t in names[0]], [t for _, t in names[1]])
-
-
-def tosa_artifact_hook() -> Any:
-    """The TOSA artifact validator module, or None while it is not installed (or has another API)."""
-    try:
-        mod = importlib.import_module(TOSA_ARTIFACT_HOOK)
-    except ImportError:
-        return None
-    api = ("read", "Anchors", "validate", "add_evidence", "link_constants")  # (Anchors.partition_activations)
-    return mod if all(hasattr(mod, a) for a in api) else None
-
-
-_NO_VALIDATOR = (
-    "the domain of a TOSA delegate's integer codes is set inside the TOSA flatbuffer (RESCALE, zero points); "
-    f"its validator ({TOSA_ARTIFACT_HOOK}) is not installed, so it is not proved"
-)
-
-
-def _tosa_payload(d: Delegate) -> PayloadIO:
-    io = _tosa_io(d.payload)
-    if io is None:
-        return PayloadIO(None, None, "TOSA flatbuffer (unreadable)")
-    ins, outs = io
-    return PayloadIO(
-        [(t, None) for t in ins],
-        [(t, FLOAT if t in ("float32", "float16", "bfloat16") else None) for t in outs],
-        "TOSA flatbuffer",
-        None,
-        _NO_VALIDATOR,
-    )
-
-
-def _xnnpack_payload(d: Delegate, prefix: str) -> PayloadIO:
-    from qflow.targets.xnnpack import payload as xnn
-
-    g = xnn.read_payload(d.payload)
-    ins = [(g.values[i].dtype, g.values[i].domain) for i in g.input_ids]
-    outs = [(g.values[i].dtype, g.values[i].domain) for i in g.output_ids]
-    return PayloadIO(
-        ins,
-        outs,
-        "XNNPACK flatbuffer",
-        xnn.domain_graph(g),
-        "the XNNPACK tensor has no quantization parameters",
-        input_args=[g.values[i].external_id for i in g.input_ids],
-    )
-
-
-def _vela_payload(d: Delegate, fed: list[str], declared: list[str]) -> PayloadIO:
-    """Ethos-U: Vela's command stream states each IO tensor's element size, not
-    its type or domain. A size that agrees with the program's dtype confirms it;
-    another names the dtype the NPU really reads or writes."""
-    sizes = io_elem_sizes(d.payload)
-    if sizes is None or len(sizes["inputs"]) != len(fed) or len(sizes["outputs"]) != len(declared):
-        return PayloadIO(None, None, "Vela command stream (unreadable)")
-
-    def side(seen: list[str], ns: list[int]) -> list[tuple[str, Domain | None]]:
-        return [
-            (t if _ITEMSIZE.get(t) == n else ELEM_DTYPE.get(n, f"{n}-byte"), None)
-            for t, n in zip(seen, ns, strict=True)
-        ]
-
-    return PayloadIO(
-        side(fed, sizes["inputs"]),
-        side(declared, sizes["outputs"]),
-        "Vela command stream",
-        None,
-        "Vela's command stream records element sizes, not quantization domains",
-    )
-
-
-def payload_io(
-    d: Delegate, prefix: str, fed: list[Domain | None], fed_dtypes: list[str], declared: list[str]
-) -> PayloadIO:
-    """Read a delegate's payload with the reader of its backend."""
-    if d.backend_id == "XnnpackBackend":
-        return _xnnpack_payload(d, prefix)
-    if d.backend_id == "TOSABackend":
-        return _tosa_payload(d)
-    if d.backend_id == "EthosUBackend":
-        return _vela_payload(d, fed_dtypes, declared)
-    return PayloadIO(None, None, f"{d.backend_id} payload (no reader)")
+def payload_io(d: Delegate, fed: list[str], declared: list[str]) -> PayloadIO:
+    """Read a delegate's payload with the reader of the target that owns its backend id."""
+    t = targets.for_backend(d.backend_id)
+    read = t.hook("read_payload") if t is not None else None
+    if read is None:
+        return PayloadIO(None, None, f"{d.backend_id} payload (no reader)")
+    return read(d, fed, declared)
 
 
 # --------------------------------------------------------------------------------------------
@@ -444,12 +60,8 @@ def _compatible(a: str, b: str) -> bool:
     return a == b or {a, b} <= {"int8", "uint8"}
 
 
-_ITEMSIZE = {"bool": 1, "int4": 1, "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8, "float16": 2}
-_ITEMSIZE |= {"bfloat16": 2, "float32": 4, "float64": 8}
-
-
 def _factor(a: str, b: str) -> float:
-    return _ITEMSIZE.get(a, 1) / _ITEMSIZE.get(b, 1)
+    return ITEMSIZE.get(a, 1) / ITEMSIZE.get(b, 1)
 
 
 def _returned(args: tuple[int, ...]) -> tuple[int, ...]:
@@ -468,7 +80,9 @@ class _Builder:
         self.dg = DomainGraph(form="lowered")
         self.names: dict[int, str] = {}
         self.counts: dict[str, int] = {}
-        self.pending_tosa: list[tuple[Delegate, str, list[int], list[int]]] = []
+        #: Payloads whose backend checks their artifact once the whole plan is read.
+        self.anchored: list[tuple[Delegate, str, list[int], list[int]]] = []
+        self.references: dict[str, Any] = {}  # target name → what its read_reference made of `reference`
 
     # -- helpers -------------------------------------------------------------------------
     def ev(self, i: int) -> EValue:
@@ -583,8 +197,8 @@ class _Builder:
             else:
                 self.kernel(call, ins, outs)
             defined.update(outs)
-        for pending in self.pending_tosa:
-            self.tosa_artifact(*pending)
+        for pending in self.anchored:
+            self.check_payload(*pending)
         self.dg.settle_inputs("integer program input")
         return self.dg
 
@@ -701,13 +315,7 @@ class _Builder:
             raise InputError(f"delegate call to delegate {di}, which the plan does not list", self._where(call))
         d = self.plan.delegates[di]
         prefix = f"{self.prefix}delegate_{di}"
-        io = payload_io(
-            d,
-            prefix,
-            [self.fed_domain(i) for i in ins],
-            [self.ev(i).dtype or "?" for i in ins],
-            [self.ev(i).dtype or "?" for i in outs],
-        )
+        io = payload_io(d, [self.ev(i).dtype or "?" for i in ins], [self.ev(i).dtype or "?" for i in outs])
         call_name = self.add(
             None,
             prefix,
@@ -717,9 +325,8 @@ class _Builder:
         )
         if io.graph is not None:
             self.dg.absorb(io.graph, prefix)
-        if d.backend_id == "TOSABackend" and io.inputs is not None and tosa_artifact_hook() is not None:
-            io.anchored = True
-            self.pending_tosa.append((d, call_name, ins, outs))
+        if io.anchored and io.inputs is not None:
+            self.anchored.append((d, call_name, ins, outs))
         for i in ins:
             if i in self.names:
                 self.dg.add_use(self.names[i], call_name, "input")
@@ -850,18 +457,17 @@ class _Builder:
         cpu_clamps = [c for c in self.plan.calls if c.kind == "kernel" and classify(c.name) is OpClass.ACTIVATION]
         return len(self.plan.delegates) == 1 and not cpu_clamps
 
-    def tosa_artifact(self, d: Delegate, call: str, ins: list[int], outs: list[int]) -> None:
-        """Hand a TOSA payload to the artifact validator, anchored at what the
-        program states: the domain fed to each input, the dequantize of each
-        output. An output whose edge check the validator decides takes the
-        domain the parent reads (the check proves or refutes it)."""
-        ta = tosa_artifact_hook()
-        names = tosa_io.io_names(d.payload)
-        assert ta is not None and names is not None
-        inputs: dict[str, Domain | None] = {}
-        for (name, _), i in zip(names[0], ins, strict=False):
-            ev = self.ev(i)
-            inputs[name] = FLOAT if (ev.dtype or "").startswith(("float", "bfloat")) else self.fed_domain(i)
+    def check_payload(self, d: Delegate, call: str, ins: list[int], outs: list[int]) -> None:
+        """Hand a payload to its backend's artifact check, anchored at what the program states:
+        the domain fed to each input, the dequantize of each output. An output whose edge check
+        the backend decides takes the domain the parent reads (the check proves or refutes it)."""
+        t = targets.for_backend(d.backend_id)
+        check = t.hook("check_payload") if t is not None else None
+        if t is None or check is None:
+            return
+        inputs = tuple(
+            FLOAT if (self.ev(i).dtype or "").startswith(("float", "bfloat")) else self.fed_domain(i) for i in ins
+        )
         outputs: list[tuple[Domain | None, str]] = []
         for i in outs:
             out = self.names.get(i)
@@ -876,35 +482,30 @@ class _Builder:
                 outputs.append((FLOAT, f"the program ({out} is {self.ev(i).dtype})"))
             else:
                 outputs.append((None, ""))
-        try:
-            tosa = ta.read(d.payload)
-            ref = self.reference
-            anchors = ta.Anchors(inputs=inputs, outputs=outputs, consts={}, partition_activations=False)
-            if ref is not None:
-                anchors.consts = ta.link_constants(tosa, ref.constants)
-                anchors.activations = list(ref.activations)
-                anchors.partition_activations = self._lowers_every_activation()
-            checks = ta.validate(tosa, anchors)
-            ta.add_evidence(self.dg, call, call, checks)
-        except Exception as e:  # the validator's API is not fixed yet: stay unproven, say why
-            self.dg.notes.append(
-                f"{call}: the TOSA artifact validator failed ({type(e).__name__}: {e}); IO domains unproven"
-            )
+        site = PayloadSite(call, inputs, tuple(outputs), self._reference(t), self._lowers_every_activation())
+        if not check(self.dg, d, site):
             return
         for i, (dom, _) in zip(outs, outputs, strict=True):
             out = self.names.get(i)
             if out is not None and dom is not None and not dom.is_float:
                 self.dg.value(out).definition = Definition(DefKind.FACT, dom, real=False)
-        anchored = "the program's Q/DQ" + (f", {len(anchors.consts)} constants of the reference" if ref else "")
-        self.dg.notes.append(f"{call}: TOSA artifact checked ({len(checks)} checks, anchored at {anchored})")
+
+    def _reference(self, t: targets.Target) -> Any:
+        """What target `t` reads from the program the .pte was lowered from (once per target)."""
+        if self.reference is None:
+            return None
+        if t.name not in self.references:
+            read = t.hook("read_reference")
+            self.references[t.name] = read(self.reference) if read is not None else None
+        return self.references[t.name]
 
 
 def build(prog: PteProgram | str | Path | bytes, reference: Any = None) -> DomainGraph:
     """The domain graph of every execution plan of a .pte (plans other than the
-    only one are prefixed with their method name). `reference`: what the
-    program it was lowered from declares (`tosa_artifact.Reference`): its
-    quantized constants give the bare weight codes of a TOSA payload their
-    scales, its activations are what a CLAMP may be."""
+    only one are prefixed with their method name). `reference`: the program it was
+    lowered from (an ExportedProgram), which each delegate's target reads with its
+    ``read_reference`` hook (a TOSA payload's bare weight codes take the scales of
+    its quantized constants; its activations are what a CLAMP may be)."""
     if not isinstance(prog, PteProgram):
         prog = read_pte(prog)
     if len(prog.plans) == 1:

@@ -101,16 +101,13 @@ def test_only_targets_reach_into_a_backend() -> None:
     assert not reach, "\n".join(reach)
 
 
-#: Known debts of issue #25, each to go: the .pte reader still reads TOSA and XNNPACK payloads
-#: itself, `qflow.integrations.arm` / `.xnnpack` keep the pipeline helpers' old import paths,
-#: the API resolves a .pte's reference program with the Arm artifact check, and the CLI's
-#: --arm / --per-pass and the bundled examples drive the Arm pipeline.
+#: Known debts of issue #25, each to go: `qflow.integrations.arm` / `.xnnpack` keep the pipeline
+#: helpers' old import paths, and the CLI's --arm / --per-pass and the bundled examples drive
+#: the Arm pipeline.
 ALLOWED_BACKEND_IMPORTS = frozenset(
     {
-        "qflow.integrations.pte",
         "qflow.integrations.arm",
         "qflow.integrations.xnnpack",
-        "qflow.api",
         "qflow.cli",
         "qflow.examples.models",
     }

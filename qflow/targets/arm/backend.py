@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from qflow.errors import InputError
+
 
 def refine_boundaries(lowered: Any, inputs: list[Any], outputs: list[Any]) -> None:
     from qflow.targets.arm.boundary import refine_boundaries as refine
@@ -23,7 +25,10 @@ def read_reference(ep: Any) -> Any:
     TOSA payload keeps as bare codes (`tosa_anchors.Reference`)."""
     from qflow.targets.arm.tosa_anchors import reference
 
-    return reference(ep)
+    ref = reference(ep)
+    if not ref.constants and not ref.activations:
+        raise InputError("reference: no quantized constant or activation in it (is it a PT2E program?)")
+    return ref
 
 
 def left_without_domain(producer: str, producer_op: str, activation: str) -> str:
@@ -36,3 +41,17 @@ def predict_boundaries(program: Any, partitioner: Any, name: str = "") -> Any:
     from qflow.targets.arm.predict import predict_boundaries as predict
 
     return predict(program, partitioner, name)
+
+
+def read_payload(delegate: Any, fed: list[str], declared: list[str]) -> Any:
+    """The IO of an Arm delegate's payload in a .pte (`qflow.ir.payload_io.PayloadIO`)."""
+    from qflow.targets.arm.pte_payload import read_payload as read
+
+    return read(delegate, fed, declared)
+
+
+def check_payload(dg: Any, delegate: Any, site: Any) -> bool:
+    """Check a TOSA payload of a .pte against what the program around it states."""
+    from qflow.targets.arm.pte_payload import check_payload as check
+
+    return check(dg, delegate, site)

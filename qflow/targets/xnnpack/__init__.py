@@ -44,6 +44,7 @@ TARGET = Target(
     backend_ids=frozenset({"XnnpackBackend"}),
     partitioners=frozenset({"XnnpackPartitioner", "XnnpackDynamicallyQuantizedPartitioner"}),
     outcome=Outcome.REFUSED_AT_LOAD,
+    backend="qflow.targets.xnnpack.backend",
     # Single-op programs (the stock XNNPACKQuantizer, or the probe's int8 annotation where it
     # quantizes nothing) measured within 1 output LSB of the fake-quantized model on the
     # ExecuTorch runtime (benchmarks/contracts.json, 2026-11-23; `convolution` and `_softmax`

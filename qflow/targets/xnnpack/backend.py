@@ -1,0 +1,21 @@
+"""The XNNPACK target's reader hooks (see `Target.backend_module`)."""
+
+from __future__ import annotations
+
+from qflow.ir.payload_io import PayloadIO
+from qflow.ir.pte_program import Delegate
+from qflow.targets.xnnpack import payload as xnn
+
+
+def read_payload(d: Delegate, fed: list[str], declared: list[str]) -> PayloadIO:
+    """An XNNPACK delegate's payload in a .pte: its IO tensors' dtypes and quantization parameters,
+    and the obligations of the payload's own graph (`payload.domain_graph`)."""
+    g = xnn.read_payload(d.payload)
+    return PayloadIO(
+        [(g.values[i].dtype, g.values[i].domain) for i in g.input_ids],
+        [(g.values[i].dtype, g.values[i].domain) for i in g.output_ids],
+        "XNNPACK flatbuffer",
+        xnn.domain_graph(g),
+        "the XNNPACK tensor has no quantization parameters",
+        input_args=[g.values[i].external_id for i in g.input_ids],
+    )
