@@ -214,8 +214,10 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     spec = None
     if args.arm:
-        spec = _arm_spec(args.arm)
-        if spec is None:
+        try:
+            spec = _arm_hook("parse_spec")(args.arm)
+        except InputError as e:
+            print(f"qflow: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT
     if getattr(args, "per_pass", False) and not args.arm:
         print("qflow: --per-pass needs --arm TOSA_SPEC", file=sys.stderr)
@@ -242,9 +244,7 @@ def _check(args: argparse.Namespace) -> int:
             print(f"[{i}/{len(paths)}] {p.name}", file=sys.stderr, flush=True)
         try:
             if getattr(args, "per_pass", False):  # reports come from stepping the Arm passes
-                from qflow.targets.arm.per_pass import check_file
-
-                new = check_file(p, args.arm, analyze)
+                new = _arm_hook("check_per_pass")(p, args.arm, analyze)
                 reports += new
                 artifacts.update({r.name: str(p) for r in new})
                 continue
@@ -301,25 +301,16 @@ def _programs(path: Path, form: str | None, spec: Any) -> list[tuple[str, Any]]:
         if reason is not None:
             raise InputError(reason)
         return [(path.name, program)]
-    return _arm_partitions(path, load_program(path), spec)
+    return _arm_hook("folded_partitions")(
+        path, load_program(path), spec, lambda s: print(f"qflow: {s}", file=sys.stderr)
+    )
 
 
-def _arm_spec(text: str) -> Any:
-    """The TosaSpecification --arm names, or None after saying why it is not one."""
-    try:
-        from executorch.backends.arm.tosa.specification import TosaSpecification
-    except ImportError as e:
-        print(f"qflow: --arm needs ExecuTorch's Arm backend ({e}): pip install 'qflow[arm]'", file=sys.stderr)
-        return None
-    try:
-        return TosaSpecification.create_from_string(text)
-    except ValueError:
-        print(
-            f"qflow: --arm {text}: not a TOSA specification (e.g. TOSA-1.0+INT, TOSA-1.0+INT+int16, "
-            "TOSA-1.0+INT+FP, TOSA-1.0+FP)",
-            file=sys.stderr,
-        )
-        return None
+def _arm_hook(name: str) -> Any:
+    """--arm / --per-pass: the Arm target's hook `name` (its lowering, run for the CLI)."""
+    hook = targets.get("arm-tosa").hook(name)
+    assert hook is not None, name
+    return hook
 
 
 def _draw(picture: Any, path: Path, programs: list[Any]) -> bool:
@@ -335,29 +326,6 @@ def _draw(picture: Any, path: Path, programs: list[Any]) -> bool:
     findings = sum(len(p.report.findings) for p in programs)
     print(f"qflow: picture of {len(programs)} program(s), {findings} finding(s) written to {path}", file=sys.stderr)
     return True
-
-
-def _arm_partitions(path: Path, ep: Any, spec: Any) -> list[tuple[str, Any]]:
-    """Lower with the real Arm TOSA partitioner; (name, partition) for each
-    partition as the backend sees it right after its fold pass."""
-    from qflow.api import _has_qdq
-    from qflow.targets.arm.pipeline import capture_after, lower
-
-    if _has_qdq(ep.graph_module) and not spec.support_integer():
-        raise InputError(
-            f"--arm {spec}: a specification without the INT profile cannot lower a quantized program "
-            "(it has quantize/dequantize nodes); use e.g. TOSA-1.0+INT or TOSA-1.0+INT+FP"
-        )
-    with capture_after() as partitions:
-        try:
-            lower(ep, (), spec=str(spec))
-        except Exception as e:  # the backend's own error: one line, not its traceback
-            lines = str(e).strip().splitlines()
-            why = f"the Arm TOSA lowering ({spec}) failed: {type(e).__name__}: {lines[0] if lines else ''}"
-            if not partitions:
-                raise InputError(why) from e
-            print(f"qflow: {path}: {why}; checking the {len(partitions)} partition(s) it folded", file=sys.stderr)
-    return [(f"{path.name} partition {i} ({spec})", part) for i, part in enumerate(partitions)]
 
 
 def _repair(args: argparse.Namespace) -> int:

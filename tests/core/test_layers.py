@@ -102,13 +102,11 @@ def test_only_targets_reach_into_a_backend() -> None:
 
 
 #: Known debts of issue #25, each to go: `qflow.integrations.arm` / `.xnnpack` keep the pipeline
-#: helpers' old import paths, and the CLI's --arm / --per-pass and the bundled examples drive
-#: the Arm pipeline.
+#: helpers' old import paths, and the bundled examples drive the Arm pipeline.
 ALLOWED_BACKEND_IMPORTS = frozenset(
     {
         "qflow.integrations.arm",
         "qflow.integrations.xnnpack",
-        "qflow.cli",
         "qflow.examples.models",
     }
 )

@@ -55,3 +55,25 @@ def check_payload(dg: Any, delegate: Any, site: Any) -> bool:
     from qflow.targets.arm.pte_payload import check_payload as check
 
     return check(dg, delegate, site)
+
+
+def parse_spec(text: str) -> Any:
+    """`qflow check --arm`: the TOSA specification `text` names."""
+    from qflow.targets.arm.cli_lowering import parse_spec as parse
+
+    return parse(text)
+
+
+def folded_partitions(path: Any, ep: Any, spec: Any, say: Any) -> list[tuple[str, Any]]:
+    """`qflow check --arm`: each partition of the program's Arm lowering after its fold pass."""
+    from qflow.targets.arm.cli_lowering import folded_partitions as partitions
+
+    return partitions(path, ep, spec, say)
+
+
+def check_per_pass(path: Any, spec: str, analyze: Any) -> list[Any]:
+    """`qflow check --arm --per-pass`: per partition, the report after the first pass that breaks
+    an obligation."""
+    from qflow.targets.arm.per_pass import check_file
+
+    return check_file(path, spec, analyze)
