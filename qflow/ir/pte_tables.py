@@ -1,8 +1,9 @@
-"""The flatbuffer tables of an ExecuTorch program (.pte) and of the XNNPACK payload,
-read with Python readers flatc generates from the schemas the ExecuTorch wheel ships.
+"""The flatbuffer tables of an ExecuTorch program (.pte) and of the delegate payloads whose
+schemas a target registers (`register_schema`), read with Python readers flatc generates from
+the schemas the ExecuTorch wheel ships.
 
-Torch-free and backend-blind: the .pte reader (`qflow.integrations.pte`) and the
-XNNPACK payload check (`qflow.targets.xnnpack.payload`) both read through it.
+Torch-free and backend-blind: the .pte reader (`qflow.ir.pte_program`) and a backend's payload
+reader (e.g. `qflow.targets.xnnpack.payload`) both read through it.
 """
 
 from __future__ import annotations
@@ -24,9 +25,24 @@ from qflow.errors import InputError
 # --------------------------------------------------------------------------------------------
 
 PROGRAM_NS = "qflow_fb_program"
-XNNPACK_NS = "qflow_fb_xnnpack"
 _GEN_LOCK = threading.Lock()
 _GEN_DIR: Path | None = None
+
+#: namespace qflow generates → its schema files: (file name, path under the ExecuTorch package,
+#: the namespace the schema declares, renamed so nothing collides with ExecuTorch's own modules).
+_SCHEMAS: dict[str, tuple[tuple[str, tuple[str, ...], str], ...]] = {
+    PROGRAM_NS: (
+        ("program.fbs", ("schema", "program.fbs"), "executorch_flatbuffer"),
+        ("scalar_type.fbs", ("schema", "scalar_type.fbs"), "executorch_flatbuffer"),
+    ),
+}
+_GENERATED: set[str] = set()
+
+
+def register_schema(namespace: str, path: tuple[str, ...], declared: str) -> None:
+    """A backend's payload schema: `path` under the ExecuTorch package, declaring namespace
+    `declared`; its readers are generated as package `namespace` on first use."""
+    _SCHEMAS.setdefault(namespace, ((path[-1], path, declared),))
 
 
 def executorch_dir() -> Path:
@@ -49,37 +65,34 @@ def _flatc() -> str:
 
 
 def generated(namespace: str) -> Any:
-    """The Python package flatc generates for one of the shipped schemas
-    (``qflow_fb_program``: program.fbs; ``qflow_fb_xnnpack``: the XNNPACK
-    delegate's schema.fbs), generated on first use into a private directory."""
+    """The Python package flatc generates for one of the shipped schemas (`PROGRAM_NS`:
+    program.fbs, or a registered payload schema), generated on first use into a private directory."""
     global _GEN_DIR
     with _GEN_LOCK:
-        if _GEN_DIR is None:
+        if namespace not in _GENERATED:
+            if namespace not in _SCHEMAS:
+                raise InputError(f"no flatbuffer schema is registered for {namespace}")
+            if _GEN_DIR is None:
+                _GEN_DIR = Path(tempfile.mkdtemp(prefix="qflow-flatc-"))
+                atexit.register(shutil.rmtree, _GEN_DIR, ignore_errors=True)
+                sys.path.append(str(_GEN_DIR))
+            src = _GEN_DIR / "schemas" / namespace
+            src.mkdir(parents=True)
             et = executorch_dir()
-            out = Path(tempfile.mkdtemp(prefix="qflow-flatc-"))
-            atexit.register(shutil.rmtree, out, ignore_errors=True)
-            src = out / "schemas"
-            src.mkdir()
-            schemas = {
-                "program.fbs": (et / "schema" / "program.fbs", "executorch_flatbuffer", PROGRAM_NS),
-                "scalar_type.fbs": (et / "schema" / "scalar_type.fbs", "executorch_flatbuffer", PROGRAM_NS),
-                "xnnpack.fbs": (
-                    et / "backends" / "xnnpack" / "serialization" / "schema.fbs",
-                    "fb_xnnpack",
-                    XNNPACK_NS,
-                ),
-            }
-            for name, (path, ns, new) in schemas.items():
-                if not path.is_file():
-                    raise InputError(f"the ExecuTorch wheel has no {path}: cannot read .pte files with it")
-                text = path.read_text(encoding="utf-8")
-                (src / name).write_text(re.sub(rf"\bnamespace\s+{ns}\s*;", f"namespace {new};", text), "utf-8")
-            cmd = [_flatc(), "--python", "-o", str(out), str(src / "program.fbs"), str(src / "xnnpack.fbs")]
+            for name, path, declared in _SCHEMAS[namespace]:
+                full = et.joinpath(*path)
+                if not full.is_file():
+                    raise InputError(f"the ExecuTorch wheel has no {full}: cannot read .pte files with it")
+                text = full.read_text(encoding="utf-8")
+                (src / name).write_text(
+                    re.sub(rf"\bnamespace\s+{declared}\s*;", f"namespace {namespace};", text), "utf-8"
+                )
+            cmd = [_flatc(), "--python", "-o", str(_GEN_DIR), str(src / _SCHEMAS[namespace][0][0])]
             done = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if done.returncode != 0:
-                raise InputError(f"flatc could not generate the .pte readers: {done.stderr.strip()}")
-            sys.path.append(str(out))
-            _GEN_DIR = out
+                raise InputError(f"flatc could not generate the {namespace} readers: {done.stderr.strip()}")
+            importlib.invalidate_caches()
+            _GENERATED.add(namespace)
     return importlib.import_module(namespace)
 
 

@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value
-from qflow.ir.pte_tables import as_table, executorch_dir, table, union_names
+from qflow.ir.pte_tables import as_table, executorch_dir, register_schema, table, union_names
 from qflow.ops import OpClass
 
 _NS = "qflow_fb_xnnpack"
+register_schema(_NS, ("backends", "xnnpack", "serialization", "schema.fbs"), "fb_xnnpack")
 
 #: XNNDatatype → (qflow dtype, quantized?) ; per-channel types carry scale lists.
 DATATYPES = {
