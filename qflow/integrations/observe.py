@@ -8,8 +8,9 @@ ground). Two hooks catch each lowering:
   wrapped wherever they are bound, including modules that imported the name
   (``arm_tester`` does), so each *lowered* program is proved: delegate
   boundaries plus each partition as handed to the backend (Q/DQ intact);
-* ``qflow.targets.arm.pipeline.capture_after`` records each Arm partition right
-  after ``FoldAndAnnotateQParamsPass``: the *folded* form the backend lowers.
+* a target whose backend rewrites each partition with its own passes hands each
+  one over as they see it (its ``read_partitions`` hook; the Arm target: right
+  after ``FoldAndAnnotateQParamsPass``, the *folded* form the backend lowers).
 
 qflow must never change what a test does: results are returned untouched,
 qflow's own exceptions become notes in the record, and the torch/Python RNG
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from qflow import targets
 from qflow.report.model import SEVERITIES, Finding, Report
 
 SCHEMA = "qflow.observe/1"
@@ -210,10 +212,16 @@ class Observer:
     # -- hooks -------------------------------------------------------------------------
 
     def _capture_partitions(self, stack: contextlib.ExitStack, rec: TestRecord, sinks: list[list[Any]]) -> None:
-        try:
-            sinks.append(stack.enter_context(_graphs_after_fold()))
-        except Exception as e:  # no Arm backend here: only top-level lowerings are observed
-            rec.notes.append(f"Arm partitions not captured ({type(e).__name__}: {e})")
+        """Each target that can hand over its partitions as its own passes see them (the Arm
+        backend: after its fold pass) reads them into a sink."""
+        for name in targets.NAMES:
+            read_partitions = targets.get(name).hook("read_partitions")
+            if read_partitions is None:
+                continue
+            try:
+                sinks.append(stack.enter_context(read_partitions(_read_graph)))
+            except Exception as e:  # the backend is not installed here: only top-level lowerings are observed
+                rec.notes.append(f"{name} partitions not captured ({type(e).__name__}: {e})")
 
     def _wrap_lowering(self, stack: contextlib.ExitStack, rec: TestRecord) -> None:
         try:
@@ -293,45 +301,6 @@ class _Captured:
     graph: Any  # qflow.graph.DomainGraph
     error: str | None
     seconds: float
-
-
-@contextlib.contextmanager
-def _graphs_after_fold() -> Iterator[list[_Captured]]:
-    """Like `arm.capture_after()`, but reads each partition's domain graph right where the
-    pass pipeline stands instead of deep-copying the program (weights included) to read it
-    later: the copies were most of observe mode's overhead on the Arm suite. Reading is
-    read-only (the adapter never writes to the FX graph) and never raises into the lowering."""
-    from executorch.backends.arm._passes.arm_pass_manager import (
-        _registered_pass_insertions,
-        register_pass_insertions_after,
-    )
-    from executorch.backends.arm._passes.fold_qdq_with_annotated_qparams_pass import FoldAndAnnotateQParamsPass
-    from torch.fx.passes.infra.pass_base import PassBase, PassResult
-
-    sink: list[_Captured] = []
-
-    class QflowReadPass(PassBase):
-        """Changes nothing; having `exported_program` makes the Arm pass adapter hand it the
-        current program (arm_pass_manager._ExportedProgramGraphPassAdapter)."""
-
-        __name__ = "QflowReadPass"  # the Arm pass manager names passes by this
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.exported_program: Any = None
-
-        def call(self, graph_module: Any) -> PassResult:
-            if self.exported_program is not None:
-                sink.append(_read_graph(self.exported_program))
-            return PassResult(graph_module, False)
-
-    capture = QflowReadPass()
-    register_pass_insertions_after(FoldAndAnnotateQParamsPass, [capture])
-    try:
-        yield sink
-    finally:
-        after = _registered_pass_insertions[FoldAndAnnotateQParamsPass].after_passes
-        after[:] = [p for p in after if p is not capture]
 
 
 def _read_graph(ep: Any) -> _Captured:

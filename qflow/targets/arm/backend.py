@@ -77,3 +77,11 @@ def check_per_pass(path: Any, spec: str, analyze: Any) -> list[Any]:
     from qflow.targets.arm.per_pass import check_file
 
     return check_file(path, spec, analyze)
+
+
+def read_partitions(read: Any) -> Any:
+    """Observe mode: a context in which every Arm lowering hands each partition's program, right
+    after the fold pass, to `read`; it yields the list of what `read` returned."""
+    from qflow.targets.arm.pipeline import read_after_fold
+
+    return read_after_fold(read)

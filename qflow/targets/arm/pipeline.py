@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
 import torch
@@ -195,6 +195,38 @@ def capture_after(pass_type: type = FoldAndAnnotateQParamsPass) -> Iterator[list
         yield sink
     finally:
         after = _registered_pass_insertions[pass_type].after_passes
+        after[:] = [p for p in after if p is not capture]
+
+
+@contextlib.contextmanager
+def read_after_fold(read: Callable[[ExportedProgram], Any]) -> Iterator[list[Any]]:
+    """Like `capture_after()`, but calls `read` on each partition's program right where the pass
+    pipeline stands instead of deep-copying the program (weights included) to read it later:
+    the copies were most of observe mode's overhead on the Arm suite. `read` must not write to
+    the program nor raise (it runs inside the lowering)."""
+    sink: list[Any] = []
+
+    class QflowReadPass(PassBase):
+        """Changes nothing; having `exported_program` makes the Arm pass adapter hand it the
+        current program (arm_pass_manager._ExportedProgramGraphPassAdapter)."""
+
+        __name__ = "QflowReadPass"  # the Arm pass manager names passes by this
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.exported_program: Any = None
+
+        def call(self, graph_module: Any) -> PassResult:
+            if self.exported_program is not None:
+                sink.append(read(self.exported_program))
+            return PassResult(graph_module, False)
+
+    capture = QflowReadPass()
+    register_pass_insertions_after(FoldAndAnnotateQParamsPass, [capture])
+    try:
+        yield sink
+    finally:
+        after = _registered_pass_insertions[FoldAndAnnotateQParamsPass].after_passes
         after[:] = [p for p in after if p is not capture]
 
 
