@@ -11,6 +11,10 @@ The folded form (``node.meta["input_qparams"]`` / ``["output_qparams"]``)
 reads the same way: input qparams are declarations, a compute op's output
 qparams are a fact its rescale realizes, a pass-through op's output qparams
 are only a *claim* that must equal its input domain.
+
+`FxAdapter` reads the Q/DQ form here; each other job is a module of its own that the
+adapter mixes in: the folded form (`fx_folded`), delegate calls and their boundaries in
+a lowered program (`fx_delegates`), and control-flow subgraphs (`fx_control_flow`).
 """
 
 from __future__ import annotations
@@ -18,25 +22,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import torch
 import torch.fx as fx
 
 from qflow import bounds
 from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
 from qflow.gc_pause import paused_gc
-from qflow.graph import (
-    Definition,
-    DefKind,
-    DomainGraph,
-    Obligation,
-    ObligationKind,
-    Value,
-    float_fact,
-)
+from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
 from qflow.integrations import duplicate_users, masked
+from qflow.integrations.fx_control_flow import ControlFlowReading
+from qflow.integrations.fx_delegates import DelegateReading
+from qflow.integrations.fx_folded import FoldedReading
 from qflow.ir import activations, copy_chains, delegate
 from qflow.ir.fx_nodes import (
+    DOMAIN_FREE_DTYPES,
     SLICES,
     Consts,
     all_float_outputs,
@@ -48,34 +47,23 @@ from qflow.ir.fx_nodes import (
     module_path,
     numel_of,
     qdq_domain,
-    quant_args_domain,
     removed_by_to_edge,
     target_name,
     tensor_args,
     val_dtype,
-    val_of,
 )
-from qflow.ops import (
-    CONTROL_FLOW,
-    MULTI_INPUT_IDENTITY,
-    SELECT_INPUTS,
-    OpClass,
-    base_name,
-    classify,
-    code_sources,
-)
+from qflow.ops import CONTROL_FLOW, MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name, classify, code_sources
 from qflow.targets import OpRule, Target
 from qflow.targets import get as get_target
 from qflow.targets.contract import STRICTNESS, Outcome
 
 FORMS = ("qdq", "folded", "lowered")
 
-_DOMAIN_FREE_DTYPES = {torch.int64, torch.bool, torch.uint16, torch.uint32, torch.uint64}
 #: compared against, never handed out (a Definition is mutable)
 _FLOAT_FACT = float_fact()
 
 
-class FxAdapter:
+class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
     def __init__(
         self,
         gm: fx.GraphModule,
@@ -214,7 +202,7 @@ class FxAdapter:
     def _domain_free(self, node: fx.Node) -> bool:
         """Index, mask and shape tensors carry no quantization domain."""
         dt = val_dtype(node)
-        return dt in _DOMAIN_FREE_DTYPES and self._op_class(node) not in (OpClass.QUANTIZE, OpClass.DEQUANTIZE)
+        return dt in DOMAIN_FREE_DTYPES and self._op_class(node) not in (OpClass.QUANTIZE, OpClass.DEQUANTIZE)
 
     # -- build -------------------------------------------------------------------
     def build(self) -> DomainGraph:
@@ -257,7 +245,7 @@ class FxAdapter:
         cls = self._op_class(node)  # (UNKNOWN for a call_module)
         dt = getattr(node.meta.get("val"), "dtype", None)
         # (_domain_free, with the class at hand)
-        free = dt in _DOMAIN_FREE_DTYPES and cls is not OpClass.QUANTIZE and cls is not OpClass.DEQUANTIZE
+        free = dt in DOMAIN_FREE_DTYPES and cls is not OpClass.QUANTIZE and cls is not OpClass.DEQUANTIZE
         if free or cls is OpClass.CONSTANT:
             why = "factory op" if cls is OpClass.CONSTANT else f"{dtype_name(dt)} tensor"
             self._value(node, cls, Definition(DefKind.FREE, reason=f"domain-free {why}"))
@@ -292,7 +280,7 @@ class FxAdapter:
             self._value(node, OpClass.CONSTANT, float_fact())
             self.dg.value(node.name).op_class = OpClass.UNKNOWN
             return
-        if dt in _DOMAIN_FREE_DTYPES:
+        if dt in DOMAIN_FREE_DTYPES:
             self._value(node, OpClass.CONSTANT, Definition(DefKind.FREE, reason="index input"))
             return
         # An integer graph input (a partition's boundary): its domain is set
@@ -669,67 +657,6 @@ class FxAdapter:
         for i, j, a in tensor_args(node):
             self._use(a, node, arg_label(i, j), FLOAT, True)
 
-    def _add_control_flow(self, node: fx.Node) -> None:
-        """cond / while_loop. Subgraphs with no quantize, dequantize or delegate in them compute
-        on reals in float wherever they run (a backend lowers on integer codes only what its
-        quantizer quantized), so the op is float arithmetic on its operands, like any float op.
-        Q/DQ subgraphs that take and return reals (the Arm quantizer's quantized cond branches and
-        while bodies: each quantizes its operands and dequantizes its results) are programs of
-        their own: read as such, their obligations are the op's, and the op returns reals.
-        Anything else is unproven."""
-        subs = {
-            str(a.target): sub
-            for _, _, a in tensor_args(node)
-            if a.op == "get_attr" and isinstance(sub := getattr(self.gm, str(a.target), None), fx.GraphModule)
-        }
-        quantized = [
-            n.name
-            for sub in subs.values()
-            for n in sub.graph.nodes
-            if n.op == "call_function"
-            and (
-                classify(target_name(n)) in (OpClass.QUANTIZE, OpClass.DEQUANTIZE, OpClass.DELEGATE)
-                or base_name(target_name(n)) in CONTROL_FLOW
-            )
-        ]
-        outs = val_of(node)
-        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-        reals = all(
-            getattr(v, "dtype", None) is not None and (v.dtype.is_floating_point or v.dtype in _DOMAIN_FREE_DTYPES)
-            for v in outs
-        )
-        if subs and reals and (not quantized or self._read_subgraphs(node, subs)):
-            self._add_cpu_float(node, OpClass.COMPUTE)
-            return
-        what = base_name(target_name(node))
-        reason = (
-            f"{node.name} ({what}) runs subgraphs holding quantized code ({', '.join(quantized[:3])}) that do not "
-            "take and return real numbers: qflow does not read such control-flow subgraphs yet"
-            if quantized
-            else f"{node.name} ({what}): its subgraphs or outputs could not be read"
-        )
-        self._value(node, OpClass.UNKNOWN, Definition(DefKind.FREE, blocking=True, reason=reason))
-        for i, j, a in tensor_args(node):
-            if a.name in self.dg.g:
-                self.dg.add_use(a.name, node.name, arg_label(i, j))
-
-    def _read_subgraphs(self, node: fx.Node, subs: dict[str, fx.GraphModule]) -> bool:
-        """Read each Q/DQ subgraph as a program of its own under `<node>/<attribute>/`; True when
-        every one takes and returns reals (float or domain-free placeholders and outputs)."""
-        if self.form not in ("qdq", "lowered"):
-            return False
-        for attr, sub in subs.items():
-            ins = [n for n in sub.graph.nodes if n.op == "placeholder"]
-            if not all(is_float(n) or val_dtype(n) in _DOMAIN_FREE_DTYPES for n in ins):
-                return False
-            dg = FxAdapter(sub, None, "qdq", self.target, self._carry, self.reference).build()
-            outs = sub.graph.output_node().args[0]
-            outs = outs if isinstance(outs, (tuple, list)) else [outs]
-            if not all(isinstance(o, fx.Node) and _holds_reals(dg, o.name) for o in outs):
-                return False
-            self.dg.absorb(dg, f"{node.name}/{attr}")
-        return True
-
     def _add_unknown(self, node: fx.Node, claim: Domain | None) -> None:
         what = target_name(node) if node.op == "call_function" else f"{node.op} {node.target}"
         reason = f"unknown op {what} (register it with qflow.ops.register)"
@@ -741,206 +668,6 @@ class FxAdapter:
             self._claim(node, claim)
 
     # -- everything else: folded form ------------------------------------------------
-    def _add_folded(self, node: fx.Node, cls: OpClass) -> None:
-        iq = node.meta.get("input_qparams") or {}
-        oq = node.meta.get("output_qparams") or {}
-        if not isinstance(iq, dict) or not isinstance(oq, dict):
-            raise InputError("input_qparams / output_qparams must be dicts of QuantArgs", node.name)
-        declared = {int(k): quant_args_domain(v, node) for k, v in iq.items()}
-        out = quant_args_domain(oq[min(oq)], node) if oq else None
-        quantized = bool(declared) or out is not None
-        rule = self._rule(node)
-        if cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION) or (cls is OpClass.COMPUTE and rule is OpRule.CODE_COPY):
-            self._add_identity(node, cls, out)
-        elif cls is OpClass.COMPUTE:
-            if rule is OpRule.ZP_ONLY and out is not None and 0 in declared:
-                self._zp_only(node, declared[0], out, None)
-            if out is not None and out.narrowed:
-                self._add_narrowed(node, cls, out)
-            elif out is not None:
-                d = Definition(DefKind.FACT, out, real=False)
-            elif declared and (through := activations.domain_through(node)) is not None:
-                act, inferred = through  # seed 001's shape: the activation records the domain
-                d = Definition(DefKind.FACT, inferred, real=False)
-                activations.note_inferred(self.dg, node, act, inferred, self.target)
-            elif declared:
-                d = Definition(
-                    DefKind.FREE,
-                    blocking=True,
-                    reason=f"{node.name} has input_qparams but no output_qparams: its output domain is not recorded",
-                )
-            elif is_float(node) or val_dtype(node) is None:
-                d = float_fact()
-            else:  # integer data the quantizer left alone (an int32 clamp → maximum/minimum)
-                d = Definition(DefKind.FREE, blocking=True, reason=f"{node.name}: unquantized integer data")
-            if node.name not in self.dg.g:
-                self._value(node, cls, d)
-            if declared and not (first := declared[min(declared)]).is_float:  # (what the backend lowers next)
-                self._oblige_measured(node, first.dtype)
-        else:
-            self._add_unknown(node, out)
-            return
-        for i, j, a in tensor_args(node):
-            if a.name not in self.dg.g:
-                continue
-            if i in declared:
-                # A DQ the fold kept (partial binary ops) feeds real numbers on
-                # the declared grid, which the backend handles: compare grids.
-                kept_dq = self._op_class(a) is OpClass.DEQUANTIZE
-                self._use(a, node, arg_label(i, j), declared[i], None if kept_dq else False)
-            elif cls is OpClass.COMPUTE and not quantized and self.dg.value(node.name).definition == float_fact():
-                self._use(a, node, arg_label(i, j), FLOAT, True)
-            else:
-                self.dg.add_use(a.name, node.name, arg_label(i, j))
-
-    def _add_narrowed(self, node: fx.Node, cls: OpClass, out: Domain) -> None:
-        """A compute op whose output_qparams narrow the code range (an activation
-        fused by moving qmin): its rescale saturates only to the dtype range, so
-        the narrowed range is a claim that some clamp must enforce."""
-        self._value(node, cls, Definition(DefKind.FACT, out.widened(), real=False), claim=out)
-        self._claim(node, out, kind="unenforced-narrow-range")
-
-    # -- delegate boundaries (lowered programs) ------------------------------------
-    def _add_delegate_call(self, node: fx.Node) -> None:
-        lowered = delegate.lowered_module(self.gm, node)
-        if lowered is None:
-            raise InputError("executorch_call_delegate without a lowered module argument", node.name)
-        ins, outs = delegate.boundaries(lowered)
-        self.delegates[node.name] = (lowered, outs)
-        # the partition's own program, as handed to the backend (Q/DQ intact)
-        part = lowered.original_module
-        # read by its own backend's contract: the delegate names its target
-        from qflow import targets
-
-        own = targets.for_backend(str(getattr(lowered, "backend_id", ""))) or self.target
-        sub = FxAdapter(part.graph_module, part, "qdq", own).build()
-        prefix = str(node.args[0].name)  # type: ignore[union-attr]
-        self.dg.absorb(sub, prefix)
-        self._value(node, OpClass.DELEGATE, Definition(DefKind.FREE, reason="delegate call (a tuple)"))
-        for i, j, a in tensor_args(node):
-            if a.name in self.dg.g:
-                self.dg.add_use(a.name, node.name, arg_label(i, j))
-        fed = list(node.args[1:])
-        if len(fed) != len(ins):
-            raise InputError(
-                f"{node.name} passes {len(fed)} inputs, but its partition has {len(ins)} user inputs "
-                f"({', '.join(b.placeholder for b in ins)})",
-                node.name,
-            )
-        for b, arg in zip(ins, fed, strict=True):
-            if isinstance(arg, fx.Node):
-                self._add_delegate_input(node, prefix, b, arg, sub)
-        delegate.add_artifact_evidence(self.dg, self.gm, node, lowered, prefix, self.reference)
-
-    def _add_delegate_input(
-        self, call: fx.Node, prefix: str, b: delegate.BoundaryInput, arg: fx.Node, sub: DomainGraph
-    ) -> None:
-        """A delegate input is a dtype edge, and, when both sides are integer,
-        a domain edge: the codes the parent feeds must be in the domain the
-        partition's first dequantize of that input reads."""
-        if arg.name not in self.dg.g or (val_of(arg) is not None and not isinstance(val_of(arg), torch.Tensor)):
-            return  # a symbolic size, not a tensor: no dtype edge
-        ph = f"{prefix}/{b.placeholder}"
-        dt = val_dtype(arg)
-        fed = dtype_name(dt) if dt is not None else "?"
-        expected = b.expected_dtype
-        pv = sub.value(b.placeholder) if b.placeholder in sub.g else None
-        reads = pv.definition.domain if pv is not None and pv.definition.kind is DefKind.FACT else None
-        if fed == "?" or expected == "?":
-            where = arg.name if fed == "?" else ph
-            raise InputError(f"no tensor dtype (meta['val']) on delegate {call.name} input {b.index}", where)
-        holds = delegate.compatible(fed, expected)
-        # Real numbers in, codes expected: a CPU quantize into the domain the
-        # partition reads repairs it. Codes in, real numbers expected: a CPU
-        # dequantize (the planner reads the codes' domain). Codes of another
-        # integer dtype: the domain obligation's requant repairs both.
-        fed_real, exp_real = fed.startswith("float"), expected.startswith("float")
-        repair = reads if fed_real and not exp_real else FLOAT if exp_real and not fed_real else None
-        if not fed_real and not exp_real:
-            self._boundary_use(call, ph, b, arg, reads)
-        self.dg.oblige(
-            Obligation(
-                kind=ObligationKind.STRUCTURAL,
-                node=ph,
-                value=arg.name,
-                edge=(arg.name, call.name),
-                arg=f"input {b.index}",
-                finding_kind="delegate-dtype-mismatch",
-                expected=None if holds else repair,
-                holds=holds,
-                detail=(
-                    f"delegate {call.name} input {b.index} (partition placeholder {b.placeholder}): "
-                    f"{b.evidence} expects {expected}, but the parent graph feeds {fed} ({arg.name}). "
-                    f"Byte-size factor {delegate.byte_factor(fed, expected):g}: the backend reads the "
-                    "wrong number of bytes, or reads float bytes as integer codes (or the reverse)."
-                ),
-            )
-        )
-
-    def _delegate_output(self, node: fx.Node) -> tuple[str, delegate.BoundaryOutput] | None:
-        src = node.args[0] if node.args else None
-        if base_name(target_name(node)) != "getitem" or not isinstance(src, fx.Node) or src.name not in self.delegates:
-            return None
-        idx = node.args[1]
-        outs = self.delegates[src.name][1]
-        if not isinstance(idx, int) or not 0 <= idx < len(outs):
-            raise InputError(f"getitem index {idx!r} is not an output of {src.name}", node.name)
-        return src.name, outs[idx]
-
-    def _add_delegate_output(self, node: fx.Node) -> None:
-        found = self._delegate_output(node)
-        assert found is not None
-        call, out = found
-        if out.domain is None:
-            d = Definition(DefKind.FREE, blocking=True, reason=f"{call} output {out.index} has no recorded domain")
-        else:
-            d = Definition(DefKind.FACT, out.domain, real=out.real)
-        self._value(node, OpClass.DELEGATE, d)
-        self.dg.add_use(call, node.name, f"output {out.index}")
-        dt = val_dtype(node)
-        declared = dtype_name(dt) if dt is not None else out.dtype
-        produced = out.produced_dtype
-        holds = declared == produced or {declared, produced} <= {"int8", "uint8"}
-        where = out.evidence
-        self.dg.oblige(
-            Obligation(
-                kind=ObligationKind.STRUCTURAL,
-                node=node.name,
-                value=node.name,
-                edge=(call, node.name),
-                finding_kind="delegate-dtype-mismatch",
-                expected=out.domain if out.domain is not None and not out.real else None,
-                holds=holds,
-                detail=(
-                    f"delegate {call} output {out.index} (partition node {out.partition_node}): {where} "
-                    f"produces {produced}, but the parent graph declares {declared} (meta['val']). "
-                    f"Byte-size factor {delegate.byte_factor(declared, produced):g}: the runtime allocates "
-                    "the wrong buffer size, or float consumers read integer codes as floats."
-                ),
-            )
-        )
-
-    def _boundary_use(
-        self, call: fx.Node, ph: str, b: delegate.BoundaryInput, arg: fx.Node, reads: Domain | None
-    ) -> None:
-        """The codes fed to an integer partition input must be in the domain the
-        partition reads them in (reported at the partition placeholder, so each
-        input of a call is its own finding; a requant goes on the parent edge)."""
-        if reads is None or reads.is_float or self._skip_use(arg):
-            return
-        self.dg.oblige(
-            Obligation(
-                kind=ObligationKind.USE,
-                node=ph,
-                value=arg.name,
-                expected=reads,
-                expected_real=False,
-                edge=(arg.name, call.name),
-                arg=f"(input {b.index} of delegate {call.name})",
-            )
-        )
-
-    # -- boundary inputs -------------------------------------------------------------
 
 
 @paused_gc()
@@ -959,17 +686,3 @@ def build(
     through a chain it leaves in place. `reference`: what the program this one was
     rewritten from declares, as the target's backend reads it (`read_reference`)."""
     return FxAdapter(gm, ep, form or detect_form(gm), get_target(target), carry, reference).build()
-
-
-def _holds_reals(dg: DomainGraph, name: str) -> bool:
-    """Does value `name` hold real numbers (a dequantize's output, float arithmetic, a copy of
-    either) or domain-free data?"""
-    seen: set[str] = set()
-    while name in dg.g and name not in seen:
-        seen.add(name)
-        d = dg.value(name).definition
-        if d.kind is DefKind.ALIAS and d.sources:
-            name = d.sources[0]
-            continue
-        return d.domain_free or (d.kind is DefKind.FACT and d.real)
-    return False

@@ -17,6 +17,9 @@ from qflow.domain import DTYPE_RANGE, Domain
 from qflow.errors import InputError
 from qflow.ops import OpClass, base_name, classify
 
+#: Tensors of these dtypes hold indices, masks or sizes: no quantization domain.
+DOMAIN_FREE_DTYPES = frozenset({torch.int64, torch.bool, torch.uint16, torch.uint32, torch.uint64})
+
 
 def target_name(node: fx.Node) -> str:
     """Canonical string of an FX target: ``aten.cat.default``,

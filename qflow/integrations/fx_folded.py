@@ -1,0 +1,78 @@
+"""The FX reader's folded form: the Arm fold pass's ``input_qparams`` / ``output_qparams`` on each node."""
+
+from __future__ import annotations
+
+import torch.fx as fx
+
+from qflow.domain import FLOAT, Domain
+from qflow.errors import InputError
+from qflow.graph import Definition, DefKind, float_fact
+from qflow.ir import activations
+from qflow.ir.fx_nodes import arg_label, is_float, quant_args_domain, tensor_args, val_dtype
+from qflow.ops import OpClass
+from qflow.targets import OpRule
+
+
+class FoldedReading:
+    """`FxAdapter`'s reading of a folded node (a mixin: it uses the adapter's state)."""
+
+    def _add_folded(self, node: fx.Node, cls: OpClass) -> None:
+        iq = node.meta.get("input_qparams") or {}
+        oq = node.meta.get("output_qparams") or {}
+        if not isinstance(iq, dict) or not isinstance(oq, dict):
+            raise InputError("input_qparams / output_qparams must be dicts of QuantArgs", node.name)
+        declared = {int(k): quant_args_domain(v, node) for k, v in iq.items()}
+        out = quant_args_domain(oq[min(oq)], node) if oq else None
+        quantized = bool(declared) or out is not None
+        rule = self._rule(node)
+        if cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION) or (cls is OpClass.COMPUTE and rule is OpRule.CODE_COPY):
+            self._add_identity(node, cls, out)
+        elif cls is OpClass.COMPUTE:
+            if rule is OpRule.ZP_ONLY and out is not None and 0 in declared:
+                self._zp_only(node, declared[0], out, None)
+            if out is not None and out.narrowed:
+                self._add_narrowed(node, cls, out)
+            elif out is not None:
+                d = Definition(DefKind.FACT, out, real=False)
+            elif declared and (through := activations.domain_through(node)) is not None:
+                act, inferred = through  # seed 001's shape: the activation records the domain
+                d = Definition(DefKind.FACT, inferred, real=False)
+                activations.note_inferred(self.dg, node, act, inferred, self.target)
+            elif declared:
+                d = Definition(
+                    DefKind.FREE,
+                    blocking=True,
+                    reason=f"{node.name} has input_qparams but no output_qparams: its output domain is not recorded",
+                )
+            elif is_float(node) or val_dtype(node) is None:
+                d = float_fact()
+            else:  # integer data the quantizer left alone (an int32 clamp → maximum/minimum)
+                d = Definition(DefKind.FREE, blocking=True, reason=f"{node.name}: unquantized integer data")
+            if node.name not in self.dg.g:
+                self._value(node, cls, d)
+            if declared and not (first := declared[min(declared)]).is_float:  # (what the backend lowers next)
+                self._oblige_measured(node, first.dtype)
+        else:
+            self._add_unknown(node, out)
+            return
+        for i, j, a in tensor_args(node):
+            if a.name not in self.dg.g:
+                continue
+            if i in declared:
+                # A DQ the fold kept (partial binary ops) feeds real numbers on
+                # the declared grid, which the backend handles: compare grids.
+                kept_dq = self._op_class(a) is OpClass.DEQUANTIZE
+                self._use(a, node, arg_label(i, j), declared[i], None if kept_dq else False)
+            elif cls is OpClass.COMPUTE and not quantized and self.dg.value(node.name).definition == float_fact():
+                self._use(a, node, arg_label(i, j), FLOAT, True)
+            else:
+                self.dg.add_use(a.name, node.name, arg_label(i, j))
+
+    def _add_narrowed(self, node: fx.Node, cls: OpClass, out: Domain) -> None:
+        """A compute op whose output_qparams narrow the code range (an activation
+        fused by moving qmin): its rescale saturates only to the dtype range, so
+        the narrowed range is a claim that some clamp must enforce."""
+        self._value(node, cls, Definition(DefKind.FACT, out.widened(), real=False), claim=out)
+        self._claim(node, out, kind="unenforced-narrow-range")
+
+    # -- delegate boundaries (lowered programs) ------------------------------------
