@@ -75,7 +75,9 @@ def _example(name: str, b: Any, out: dict[str, Any]) -> None:
     for i, part in enumerate(b.partitions):
         _guard(out, f"{name}/partition{i}", lambda p=part: _digest(qflow.analyze(p, target="arm-tosa")))
     _guard(out, f"{name}/lowered", lambda: _digest(qflow.analyze(b.lowered)))
-    _guard(out, f"{name}/lowered+ref", lambda: _digest(qflow.analyze(b.lowered, reference=b.exported)))
+    _guard(
+        out, f"{name}/lowered+ref", lambda: _digest(qflow.analyze(b.lowered, target="arm-tosa", reference=b.exported))
+    )
     buf = copy.deepcopy(b.lowered).to_executorch().buffer
     _guard(out, f"{name}/pte", lambda: _digest(qflow.analyze(buf)))
     _guard(out, f"{name}/pte+ref", lambda: _digest(qflow.analyze(buf, reference=b.exported)))
