@@ -235,6 +235,18 @@ class DomainGraph:
                        arg="its lowering", finding_kind="unvalidated-lowering", targets=targets)
         )  # fmt: skip
 
+    def oblige_unbounded(self, node: str, arg: str, kind: str, reason: str, targets: tuple[str, ...]) -> None:
+        """`node` reads its operand `arg` other than the program declares, by an amount qflow does
+        not bound (on `targets`): a blocked stand-in makes what it computes unproven there, never
+        proved, and the finding (`kind`, a warning) says why."""
+        blocker = f"{node}?{arg}"
+        why = Definition(DefKind.FREE, blocking=True, reason=reason, blocks_as=kind)
+        self.add_value(Value(blocker, kind, OpClass.UNKNOWN, why))
+        self.oblige(
+            Obligation(ObligationKind.USE, node=node, value=blocker, expected=FLOAT, expected_real=True, arg=arg,
+                       finding_kind=kind, targets=targets, severity="warning")
+        )  # fmt: skip
+
     def settle_inputs(self, what: str) -> None:
         """Each integer input (an alias with no source) takes the domain its first
         consumer declares, recorded as an assumption; its other uses must agree.

@@ -216,9 +216,21 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         merging = tuple(t.name for t in self._members if t.merges_duplicate_users)
         if merging and self.form in ("qdq", "folded"):
             duplicate_users.oblige_distinct_duplicates(self.gm, self.dg, self.consts, merging)
+        if self.form in ("qdq", "folded"):
+            self._oblige_skipped_requants()
         if self._carry and not self.target.members and self.target.outcome is Outcome.MISCOMPILE:
             masked.let_go(self.gm, self.dg)
         return self.dg
+
+    def _oblige_skipped_requants(self) -> None:
+        """Where a member target's backend computes a consumer on its producer's unrounded result
+        (its ``skipped_requants`` hook: the Arm backend's fused rescale pairs), the consumer is
+        unproven there."""
+        for t in self._members:
+            find = t.hook("skipped_requants")
+            for s in find(self.gm, self.consts, self.form == "folded") if find is not None else ():
+                if s.consumer in self.dg.g:
+                    self.dg.oblige_unbounded(s.consumer, f"operand {s.arg}", "skipped-requant", s.detail, (t.name,))
 
     def _value(self, node: fx.Node, op_class: OpClass, d: Definition, claim: Domain | None = None) -> None:
         meta = node.meta

@@ -226,6 +226,22 @@ KINDS: dict[str, Kind] = {
             "duplication (a requantize of one shared result into each domain).",
         ),
         Kind(
+            "skipped-requant",
+            "warning",
+            "a consumer the backend computes on its producer's unrounded result",
+            "The Arm backend computes add, sub, mul, sum, abs, maximum / minimum and the comparisons on "
+            "int32 with a rescale before each operand and after the result; when one feeds another and the "
+            "two rescales between them compose to 1.0, FuseConsecutiveRescalesPass (ExecuTorch 1.5.1) removes "
+            "both: the consumer reads the exact int32 result, never rounded to the producer's declared domain "
+            "nor clamped to its range. Up to half an LSB there, more where the clamp would have cut, and a "
+            "steep op after it multiplies that (measured: x + c into a LayerNorm, 3-7 output LSB off the "
+            "fake-quantized model on the TOSA reference model). qflow does not bound it: the program is "
+            "unproven there.",
+            "Give the producer's output a domain whose scale differs from what the consumer rescales its "
+            "operand to (the fusion needs the two to compose to exactly 1.0), or put a pass-through op between "
+            "them; or accept the deviation if your tolerance allows it.",
+        ),
+        Kind(
             "table-interpolation",
             "info",
             "an int16 TOSA TABLE whose interpolation is more than 2 output LSB off the op it tabulates",

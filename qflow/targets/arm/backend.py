@@ -80,3 +80,10 @@ def read_partitions(read: Any) -> Any:
     from qflow.targets.arm.pipeline import read_after_fold
 
     return read_after_fold(read)
+
+
+def skipped_requants(gm: Any, consts: Any, folded: bool) -> list[Any]:
+    """The requants the Arm backend skips between two int32-computed ops (`rescale_fusion`)."""
+    from qflow.targets.arm.rescale_fusion import skipped_requants as find
+
+    return find(gm, consts, folded)

@@ -92,12 +92,13 @@ def add_evidence(dg: Any, prefix: str, call_name: str, checks: Iterable[Check]) 
             dg.add_value(
                 Value(blocker, f"tosa.{c.op}", OpClass.UNKNOWN,
                       Definition(DefKind.FREE, blocking=True, reason=text,
-                                 blocks_as="reference-needed" if c.needs_reference else None))
+                                 blocks_as="reference-needed" if c.needs_reference else c.kind))
             )  # fmt: skip
             dg.oblige(
                 Obligation(ObligationKind.USE, node=call_name if c.needs_reference else node, value=blocker,
                            expected=c.expected or FLOAT, expected_real=False, arg=f"TOSA {c.op} #{c.index}",
-                           finding_kind=KIND, targets=(TARGET_NAME,))
+                           finding_kind=c.kind or KIND, targets=(TARGET_NAME,),
+                           severity="warning" if c.kind else None)
             )  # fmt: skip
             continue
         dg.oblige(
