@@ -115,16 +115,24 @@ def _insert(gm: fx.GraphModule, ops: dict[str, Any], rq: Requant, nodes: dict[st
     consumer.replace_input_with(producer, cur)
 
 
-def _reclaim(node: fx.Node, d: Domain) -> None:
+def _qparams_type(gm: fx.GraphModule) -> type:
+    """The class the backend's fold pass wrote its qparams with (Arm's ``QuantArgs``), read off the
+    graph itself: the folded form is the backend's, so qflow writes the backend's own records."""
+    for n in gm.graph.nodes:
+        for key in ("output_qparams", "input_qparams"):
+            for qa in (n.meta.get(key) or {}).values():
+                return type(qa)
+    raise InputError("a folded graph with no node carrying input_qparams / output_qparams has no domain to reclaim")
+
+
+def _reclaim(node: fx.Node, d: Domain, qparams_type: type) -> None:
     """The pass-through op claims the domain it really carries; a float one
     carries real numbers, so it claims nothing (no ``output_qparams``)."""
     if d.is_float:
         node.meta["output_qparams"] = {}
         return
-    from executorch.backends.arm._passes.quant_args import QuantArgs
-
     oq = dict(node.meta.get("output_qparams") or {})
-    oq[min(oq) if oq else 0] = QuantArgs(float(d.scale), int(d.zero_point), d.qmin, d.qmax, _TORCH_DTYPES[d.dtype])  # type: ignore[arg-type]
+    oq[min(oq) if oq else 0] = qparams_type(float(d.scale), int(d.zero_point), d.qmin, d.qmax, _TORCH_DTYPES[d.dtype])
     node.meta["output_qparams"] = oq
 
 
@@ -189,11 +197,12 @@ def apply_plan(gm: fx.GraphModule, plan: Plan) -> None:
     for name, d in plan.reclaims.items():
         if not (d.is_float or d.dtype in _TORCH_DTYPES):
             raise InputError(f"qflow cannot write the domain {d} into output_qparams", name)
+    qparams_type = _qparams_type(gm) if any(not d.is_float for d in plan.reclaims.values()) else type(None)
     ops = _qdq_ops(gm)
     for rq in plan.requants:
         _insert(gm, ops, rq, nodes)
     for name, d in plan.reclaims.items():
-        _reclaim(nodes[name], d)
+        _reclaim(nodes[name], d, qparams_type)
     for name, (old, own) in plan.activation_domains.items():
         _own_activation_domain(gm, ops, nodes[name], old, own)
     for name, d in plan.boundaries.items():
