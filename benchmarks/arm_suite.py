@@ -1,13 +1,15 @@
-"""Run a slice of the ExecuTorch Arm backend's own test suite under `--qflow-observe`.
+"""Run a slice of the ExecuTorch Arm (or Cortex-M) backend's own test suite under `--qflow-observe`.
 
     python benchmarks/arm_suite.py                         # the README slice, with qflow (≈ 15-25 min on 2 cores)
     python benchmarks/arm_suite.py --baseline              # the same slice without qflow, for the wall-time ratio
     python benchmarks/arm_suite.py --baseline --repeat 2   # each side twice, alternating; the fastest of each counts
     python benchmarks/arm_suite.py --files ops/test_cat.py # any files of the suite (paths relative to its folder)
     python benchmarks/arm_suite.py --summarize DIR         # only print the tables of an earlier run
+    python benchmarks/arm_suite.py --suite cortex-m --out /tmp/qflow-cortex-m-suite   # the Cortex-M suite's
+                                                           # dialect tests (ops, models; reference kernels)
 
-The suite ships in the executorch wheel (`executorch/backends/arm/test/`) and
-runs from that folder; nothing in it is modified. Results go to `--out`
+The suites ship in the executorch wheel (`executorch/backends/arm/test/`,
+`executorch/backends/cortex_m/test/`) and run from their folder; nothing in it is modified. Results go to `--out`
 (default /tmp/qflow-arm-suite): `qflow-observe.json` (session totals),
 `observed/*.json` (one per test), SARIF, JUnit, `pytest.log` and `wall.json`.
 The tables (totals, per file, every error finding, unknown ops) are printed in
@@ -44,15 +46,26 @@ SLICE = [
 ]
 
 
-def arm_test_dir() -> Path:
-    """The Arm suite inside the installed executorch wheel (a namespace package: no __file__)."""
+#: The Cortex-M suite's tests that run here: `test_dialect_*` runs each program on the Cortex-M
+#: dialect's reference kernels (`test_implementation_*` needs a Corstone FVP runner).
+CORTEX_M_SLICE = ["ops"] + [
+    f"models/test_{m}.py"  # the models that import here (mobilenet_v2 / v3 need torchvision, wav2letter torchaudio)
+    for m in (
+        "deep_autoencoder ds_cnn mobilenet_v1_025 nn_functional nn_modules resnet8 silero_vad torch_functions yolo11"
+    ).split()
+]
+SUITES = {"arm": ("arm", SLICE, "tosa_INT"), "cortex-m": ("cortex_m", CORTEX_M_SLICE, "dialect")}
+
+
+def test_dir(backend: str = "arm") -> Path:
+    """A backend's suite inside the installed executorch wheel (a namespace package: no __file__)."""
     import executorch
 
-    return Path(list(executorch.__path__)[0]) / "backends" / "arm" / "test"
+    return Path(list(executorch.__path__)[0]) / "backends" / backend / "test"
 
 
-def run(files: list[str], keyword: str, out: Path, qflow: bool) -> tuple[float, float]:
-    """Run pytest on `files` from the Arm test folder: (wall, CPU) seconds.
+def run(files: list[str], keyword: str, out: Path, qflow: bool, cwd: Path) -> tuple[float, float]:
+    """Run pytest on `files` from the suite's folder `cwd`: (wall, CPU) seconds.
 
     CPU time (user + sys of pytest) is reported too because this box is
     shared: other jobs stretch the wall time of a run, much less its CPU time."""
@@ -69,7 +82,7 @@ def run(files: list[str], keyword: str, out: Path, qflow: bool) -> tuple[float, 
     log = out / ("pytest.log" if qflow else "pytest-baseline.log")
     t0, c0 = time.perf_counter(), _child_cpu()
     with log.open("w") as fh:
-        subprocess.run(cmd + files, cwd=arm_test_dir(), env=env, stdout=fh, stderr=subprocess.STDOUT, check=False)
+        subprocess.run(cmd + files, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT, check=False)
     wall, cpu = time.perf_counter() - t0, _child_cpu() - c0
     tail = log.read_text().strip().splitlines()[-1:]
     label = "with" if qflow else "without"
@@ -155,8 +168,9 @@ def tables(out: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--files", nargs="+", default=SLICE, help="suite files, relative to its folder")
-    ap.add_argument("-k", dest="keyword", default="tosa_INT", help="pytest -k expression (default tosa_INT)")
+    ap.add_argument("--suite", choices=sorted(SUITES), default="arm", help="whose suite (default arm)")
+    ap.add_argument("--files", nargs="+", help="suite files, relative to its folder (default: the README slice)")
+    ap.add_argument("-k", dest="keyword", help="pytest -k expression (default: tosa_INT; Cortex-M: dialect)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/qflow-arm-suite"))
     ap.add_argument("--baseline", action="store_true", help="also run the slice without qflow (wall-time ratio)")
     ap.add_argument("--repeat", type=int, default=1, help="run each side this many times, alternating (min counts)")
@@ -165,13 +179,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.summarize:
         print(tables(args.summarize))
         return 0
+    folder, default_files, default_keyword = SUITES[args.suite]
+    args.files, args.keyword = args.files or default_files, args.keyword or default_keyword
+    cwd = test_dir(folder)
     out: Path = args.out.resolve()
     wall: dict[str, Any] = {"files": args.files, "keyword": args.keyword}
     runs: dict[str, list[tuple[float, float]]] = {"with_qflow": [], "without_qflow": []}
     for _ in range(args.repeat):  # alternate, baseline first: neither side gets the warm caches alone
         if args.baseline:
-            runs["without_qflow"].append(run(args.files, args.keyword, out, qflow=False))
-        runs["with_qflow"].append(run(args.files, args.keyword, out, qflow=True))
+            runs["without_qflow"].append(run(args.files, args.keyword, out, qflow=False, cwd=cwd))
+        runs["with_qflow"].append(run(args.files, args.keyword, out, qflow=True, cwd=cwd))
     for side, rs in runs.items():
         if rs:  # the fastest of the repeats: the least disturbed by the rest of the box
             wall[f"{side}_wall"], wall[f"{side}_cpu"] = min(w for w, _ in rs), min(c for _, c in rs)

@@ -194,3 +194,23 @@ def test_every_kernel_argument_that_moves_codes_is_flagged_at_its_kernel(program
     # unproven, reference-needed. The six avg_pool2d mutants move codes by at most one
     # (rounding) and are not errors.
     assert (len(moved), len(errors)) == (30, 26), (sorted(set(moved) - set(errors)), len(moved), len(errors))
+
+
+def test_observe_mode_proves_what_the_pass_manager_returns(pipeline) -> None:
+    """The Cortex-M flow has no partitioner: observe mode reads what `CortexMPassManager.transform()`
+    returns, with the program it was given as the reference (the kernel_sum's bias is checked
+    against it), whoever calls the pass manager — here the wheel's own tester harness stage."""
+    from executorch.backends.cortex_m.test.tester import CortexMRunPasses
+
+    from qflow.integrations.observe import Observer
+
+    reference, _ = pipeline
+    edge = to_edge(reference, compile_config=cortex_m_edge_compile_config())
+    with Observer().observe("cortex-m") as record:
+        CortexMRunPasses().run(edge)
+    [program] = record.programs
+    assert program.kind == "partition" and program.error is None, program.error
+    assert program.report.status == "proved", str(program.report)
+    assert program.report.obligations["proved"] > 0
+    # unhooked afterwards: the pass manager is ExecuTorch's own again
+    assert CortexMPassManager.transform.__module__.startswith("executorch.")

@@ -10,7 +10,9 @@ ground). Two hooks catch each lowering:
   boundaries plus each partition as handed to the backend (Q/DQ intact);
 * a target whose backend rewrites each partition with its own passes hands each
   one over as they see it (its ``read_partitions`` hook; the Arm target: right
-  after ``FoldAndAnnotateQParamsPass``, the *folded* form the backend lowers).
+  after ``FoldAndAnnotateQParamsPass``, the *folded* form the backend lowers;
+  Cortex-M: the program ``CortexMPassManager.transform()`` returns, read with
+  the program it was given as its reference).
 
 qflow must never change what a test does: results are returned untouched,
 qflow's own exceptions become notes in the record, and the torch/Python RNG
@@ -42,7 +44,9 @@ _UNKNOWN_OP_RE = re.compile(r"unknown op ([\w.:]+)")
 class Program:
     """One observed program: its report, or why qflow could not analyse it."""
 
-    kind: str  # "lowered" (top level after lowering) | "partition" (after the Arm fold pass)
+    #: "lowered" (top level after lowering) | "partition" (as the backend's own passes see it: after
+    #: the Arm fold pass; the whole program after Cortex-M's pass manager, which rewrites in place)
+    kind: str
     name: str
     seconds: float
     report: Report | None = None
@@ -295,7 +299,7 @@ class Observer:
 
 @dataclass
 class _Captured:
-    """One Arm partition as the backend saw it after its fold pass: its domain graph, read
+    """One partition as the backend's passes saw it: its domain graph, read
     in place while the lowering ran, or why it could not be read."""
 
     graph: Any  # qflow.graph.DomainGraph
@@ -303,13 +307,15 @@ class _Captured:
     seconds: float
 
 
-def _read_graph(ep: Any) -> _Captured:
+def _read_graph(ep: Any, target: str | None = None, reference: Any = None) -> _Captured:
+    """A target's hook may name the target the program is read for and the program it came
+    from (Cortex-M: the program its pass manager was given)."""
     from qflow.api import domain_graph
 
     t0 = time.perf_counter()
     with _rng_preserved():
         try:
-            return _Captured(domain_graph(ep), None, time.perf_counter() - t0)
+            return _Captured(domain_graph(ep, target=target, reference=reference), None, time.perf_counter() - t0)
         except Exception as e:
             return _Captured(None, f"{type(e).__name__}: {e}", time.perf_counter() - t0)
 

@@ -20,7 +20,7 @@ TARGET = Target(
     # codes, which kernels.py reads).
     op_rules={op: OpRule.CPU_FLOAT for op in ("convolution", "conv2d", "addmm", "linear", "mean", "mm", "bmm")},
     outcome=Outcome.MISCOMPILE,
-    backend="qflow.targets.cortex_m.kernels",
+    backend="qflow.targets.cortex_m.backend",
     # (the cortex_m kernels are read and checked one by one; no aten op runs on codes)
     validated={},
 )
