@@ -18,6 +18,7 @@ from torch import nn
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 import qflow
+from qflow.ir.fx_nodes import target_name
 
 
 class CNN(nn.Module):
@@ -188,12 +189,14 @@ def test_every_kernel_argument_that_moves_codes_is_flagged_at_its_kernel(program
     assert not missed, missed
     assert not false_alarms, false_alarms
     # measured 2026-11-25 (NHWC, so both convs are quantized_conv2d kernels): 30 mutants move
-    # their kernel's codes by more than one and 26 of those are errors; the other four are
+    # their kernel's codes by more than one and 25 of those are errors; four others are
     # activation_min bounds that cut into the code range (the add's, both convs' and the
     # linear's), which only the program before the passes can tell from a fused activation:
-    # unproven, reference-needed. The six avg_pool2d mutants move codes by at most one
-    # (rounding) and are not errors.
-    assert (len(moved), len(errors)) == (30, 26), (sorted(set(moved) - set(errors)), len(moved), len(errors))
+    # unproven, reference-needed; the fifth, the add's other_shift + 3, multiplies its second
+    # input by 8, exactly what an add with alpha=8 folds to: unproven without the program it
+    # came from (with it, an error: test_a_broken_folded_activation_or_alpha_is_an_error). The
+    # six avg_pool2d mutants move codes by at most one (rounding) and are not errors.
+    assert (len(moved), len(errors)) == (30, 25), (sorted(set(moved) - set(errors)), len(moved), len(errors))
 
 
 def test_observe_mode_proves_what_the_pass_manager_returns(pipeline) -> None:
@@ -214,3 +217,79 @@ def test_observe_mode_proves_what_the_pass_manager_returns(pipeline) -> None:
     assert program.report.obligations["proved"] > 0
     # unhooked afterwards: the pass manager is ExecuTorch's own again
     assert CortexMPassManager.transform.__module__.startswith("executorch.")
+
+
+class Activations(nn.Module):
+    """What the passes fold away: a hardsigmoid fused into the linear's requantize
+    (ActivationFusionPass), a hardswish decomposed into mul(x, minimum(x, 3)) with the +3 and /6
+    in the mul's domains (DecomposeHardswishPass), a sub and an add's alpha folded into the
+    second input's multiplier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.hardsigmoid(self.a(x))
+        z = nn.functional.hardswish(self.b(x))
+        return torch.add(y - z, x, alpha=2)
+
+
+@pytest.fixture(scope="module")
+def activations():
+    """(the edge program the passes were given, the program they returned, the observed report)."""
+    from qflow.integrations.observe import Observer
+
+    torch.manual_seed(0)
+    calibration = (torch.randn(4, 8) * 2,)
+    prepared = prepare_pt2e(
+        torch.export.export(Activations().eval(), calibration).module(check_guards=False), CortexMQuantizer()
+    )
+    prepared(*calibration)
+    edge = to_edge(torch.export.export(convert_pt2e(prepared), calibration),
+                   compile_config=cortex_m_edge_compile_config())  # fmt: skip
+    given = copy.deepcopy(edge.exported_program())
+    with Observer().observe("activations") as record:
+        program = CortexMPassManager(
+            edge.exported_program(), target_config=CortexMTargetConfig(cpu=CortexM.M55)
+        ).transform()
+    return given, program, record.programs[0].report
+
+
+def test_folded_activations_and_alphas_prove_against_the_program_they_came_from(activations) -> None:
+    given, program, observed = activations
+    ops = {target_name(n).split(".")[1] for n in program.graph.nodes if target_name(n).startswith("cortex_m.")}
+    assert {"quantized_linear", "minimum", "quantized_mul", "quantized_add"} <= ops, ops
+    assert "hardsigmoid" not in str(program.graph)  # (fused away)
+    assert observed.status == "proved", str(observed)
+    alone = qflow.analyze(program, target="cortex-m")
+    assert alone.status == "unproven" and not alone.errors, str(alone)
+    reasons = " ".join(f.message for f in alone.findings)
+    assert "hardsigmoid" in reasons and "hardswish" in reasons and "alpha or a sub" in reasons, reasons
+
+
+@pytest.mark.parametrize("what", ["hardsigmoid", "hardswish clamp", "add alpha"])
+def test_a_broken_folded_activation_or_alpha_is_an_error(activations, what: str) -> None:
+    """Each folded fact mutated the way a broken pass would: the linear's fused hardsigmoid zero
+    point, the hardswish clamp's constant code, the second shift of the add with alpha=2."""
+    given, program, _ = activations
+    ep = copy.deepcopy(program)
+    nodes = {n.name: n for n in ep.graph.nodes}
+    if what == "hardsigmoid":
+        node = next(n for n in nodes.values() if "quantized_linear" in target_name(n))  # (the first: hardsigmoid)
+        args = list(node.args)
+        args[6] += 3  # output_offset
+    elif what == "hardswish clamp":
+        [node] = [n for n in nodes.values() if target_name(n).startswith("cortex_m.minimum")]
+        key = next(s.target for s in ep.graph_signature.input_specs if s.arg.name == node.args[1].name)
+        table = ep.constants if key in ep.constants else ep.state_dict
+        table[key] = table[key] - 5
+        args = list(node.args)
+    else:
+        node = [n for n in nodes.values() if "quantized_add" in target_name(n)][-1]  # (+ 2x: the alpha)
+        args = list(node.args)
+        args[7] += 1  # other_shift: 4x, an integer multiple like the alpha itself
+    node.args = tuple(args)
+    ep.graph_module.recompile()
+    report = qflow.analyze(ep, target="cortex-m", reference=given)
+    assert [f.node for f in report.errors] == [node.name], str(report)

@@ -262,7 +262,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
             why = "factory op" if cls is OpClass.CONSTANT else f"{dtype_name(dt)} tensor"
             self._value(node, cls, Definition(DefKind.FREE, reason=f"domain-free {why}"))
             return
-        if cls in (OpClass.UNKNOWN, OpClass.ACTIVATION) and self._backend_reads(node):
+        if cls in (OpClass.UNKNOWN, OpClass.ACTIVATION, OpClass.COMPUTE) and self._backend_reads(node):
             return
         if cls is OpClass.DELEGATE:
             self._add_delegate_call(node)

@@ -9,7 +9,9 @@ realises them, by the arithmetic of the Cortex-M dialect's reference kernels
 
 * `requantize_cmsis(x, m, s)` multiplies by the real ratio m · 2^(s − 31);
 * `quantized_add`: each input is (q − zp) · 2^20 · ratio_i and the sum is requantized by the
-  output ratio, so ratio_i · ratio_out · 2^20 = s_i / s_out; zero points subtracted / added;
+  output ratio, so ratio_i · ratio_out · 2^20 = s_i / s_out; zero points subtracted / added; the
+  add's alpha (−alpha for a sub, also a `quantized_add`) multiplies the second ratio and is read
+  from the program before the passes (`reference=`);
 * `quantized_mul`: ratio_out = s_a · s_b / s_out;
 * `quantized_linear`: offsets are negated zero points (input, filter) and the output zero point;
   ratio = s_in · s_w / s_out; the bias (on MVE folded into `kernel_sum` with input_offset · Σw)
@@ -21,7 +23,12 @@ realises them, by the arithmetic of the Cortex-M dialect's reference kernels
 * `quantized_avg_pool2d`: the codes' domain is kept (its zero point and multiplier / shift
   dequantize and requantize with themselves: a mutated one moves codes by at most one, measured);
 * `pad` / `transpose`: copies of codes; a pad with any padding writes `pad_value`;
-* an `aten.clamp` on codes (a relu folded by QuantizedClampActivationPass): bounds in codes.
+* an `aten.clamp` on codes (a relu folded by QuantizedClampActivationPass): bounds in codes;
+* a hardsigmoid fused into its producer (ActivationFusionPass) is a requantize into 6·s and
+  z + round(1/2s): its consumers read the producer's codes in the hardsigmoid's domain (s, z);
+  a decomposed hardswish (DecomposeHardswishPass) is mul(x, minimum(x, code of 3)) with the +3
+  in the mul's second zero point and the /6 in its output scale. Both are checked against the
+  program the passes were given (`reference=`), which has the activation.
 
 What a mutated integer does to the output is measured by `tests/test_cortex_m.py`; the rules
 above are what survived that measurement. Anything else is unproven, never proved.
@@ -39,7 +46,7 @@ import torch.fx as fx
 
 from qflow.domain import FLOAT, Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value
-from qflow.ir.fx_nodes import Consts, quant_args_domain, target_name
+from qflow.ir.fx_nodes import Consts, dtype_name, quant_args_domain, target_name
 from qflow.ops import OpClass, base_name
 
 KIND = "kernel-argument-mismatch"
@@ -64,16 +71,39 @@ class Linear:
 
 
 @dataclass(frozen=True)
+class Add:
+    """A quantized add / sub of the program before the passes: its input and output scales and
+    the coefficient of its second input (the add's alpha; −alpha for a sub), which the passes
+    fold into that input's multiplier and do not record otherwise."""
+
+    scales: tuple[float, float, float]
+    coefficient: int
+
+
+@dataclass(frozen=True)
 class Reference:
     """What the PT2E program a Cortex-M program was rewritten from declares, for the checks
     the rewritten one cannot decide alone."""
 
     linears: tuple[Linear, ...]
+    adds: tuple[Add, ...] = ()
+    #: (scale, zero point) of each hardsigmoid's output: a fused one leaves no node to say so
+    hardsigmoids: tuple[tuple[float, int], ...] = ()
+    hardswishes: tuple[tuple[float, int], ...] = ()
 
     def linear(self, weight: torch.Tensor) -> Linear | None:
         """The one linear whose weight codes are `weight`'s (None: none, or several)."""
         hits = [lin for lin in self.linears if lin.weight.shape == weight.shape and torch.equal(lin.weight, weight)]
         return hits[0] if len(hits) == 1 else None
+
+    def add_coefficient(self, scales: tuple[float, float, float]) -> int | None:
+        """The second input's coefficient of the adds in these domains, when they agree on one."""
+        hits = {a.coefficient for a in self.adds if all(_close(x, y) for x, y in zip(a.scales, scales, strict=True))}
+        return hits.pop() if len(hits) == 1 else None
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= RATIO_TOLERANCE * max(abs(a), abs(b))
 
 
 def read_reference(ep: Any) -> Reference:
@@ -86,14 +116,26 @@ def read_reference(ep: Any) -> Reference:
         src = n.args[0]
         return (consts.tensor(src) if isinstance(src, fx.Node) else None), int(n.args[2])
 
-    linears = []
+    def scale(n: Any) -> float | None:
+        return float(n.args[1]) if isinstance(n, fx.Node) and "quantize_per_tensor" in target_name(n) else None
+
+    linears, adds = [], []
+    activations: dict[str, list[tuple[float, int]]] = {"hardsigmoid": [], "hardswish": []}
     for n in ep.graph.nodes:
-        if n.op == "call_function" and base_name(target_name(n)) == "linear" and len(n.args) >= 2:
+        op = base_name(target_name(n)) if n.op == "call_function" else ""
+        if op == "linear" and len(n.args) >= 2:
             weight, zp = codes(n.args[1])
             bias = codes(n.args[2])[0] if len(n.args) > 2 else None
             if weight is not None:
                 linears.append(Linear(weight, zp, bias))
-    return Reference(tuple(linears))
+        elif op in ("add", "sub") and len(n.args) >= 2 and len(n.users) == 1:
+            found = (scale(n.args[0]), scale(n.args[1]), scale(next(iter(n.users))))
+            alpha = n.kwargs.get("alpha", n.args[2] if len(n.args) > 2 else 1)
+            if None not in found and isinstance(alpha, int):
+                adds.append(Add(found, -alpha if op == "sub" else alpha))  # type: ignore[arg-type]
+        elif op in activations and len(n.users) == 1 and scale(q := next(iter(n.users))) is not None:
+            activations[op].append((float(q.args[1]), int(q.args[2])))
+    return Reference(tuple(linears), tuple(adds), tuple(activations["hardsigmoid"]), tuple(activations["hardswish"]))
 
 
 def read_node(dg: DomainGraph, node: fx.Node, consts: Consts, reference: Reference | None) -> bool:
@@ -102,6 +144,9 @@ def read_node(dg: DomainGraph, node: fx.Node, consts: Consts, reference: Referen
     op = base_name(name)
     if name.startswith("cortex_m.") and op in _READERS:
         _READERS[op](_Kernel(dg, node, consts, reference))
+        return True
+    if name.startswith("cortex_m.") and op == "minimum" and any(_hardswish_clamp_of(u) is node for u in node.users):
+        _hardswish_clamp(_Kernel(dg, node, consts, reference))
         return True
     if op == "clamp" and node.meta.get("output_qparams"):
         _clamp(_Kernel(dg, node, consts, reference))
@@ -122,20 +167,46 @@ class _Kernel:
     def arg(self, i: int) -> Any:
         return self.node.args[i] if i < len(self.node.args) else self.node.kwargs.get(str(i))
 
-    def value(self, copies: fx.Node | None = None) -> None:
-        """The kernel's output: a fact in its declared domain (or the codes of `copies`)."""
+    def value(self, copies: fx.Node | None = None, fused: Domain | None = None) -> None:
+        """The kernel's output: a fact in its declared domain (or the codes of `copies`, or the
+        domain `fused` its consumers read after the passes fused an activation into it)."""
         if copies is not None and copies.name in self.dg.g:
             why = f"{base_name(target_name(self.node))} copies codes"
             d = Definition(DefKind.ALIAS, sources=(copies.name,), reason=why)
         elif self.out is not None:
-            d = Definition(DefKind.FACT, self.out)
+            d = Definition(DefKind.FACT, fused or self._fused_hardsigmoid() or self.out)
         else:
             d = Definition(DefKind.FREE, blocking=True, reason=f"{self.name} has no output_qparams to check it against")
         self.dg.add_value(Value(self.name, target_name(self.node), OpClass.COMPUTE, d))
 
-    def reads(self, arg: int, declared: int) -> Domain | None:
-        """Input `arg` must be in the declared domain `declared`; returns that domain."""
-        src, d = self.arg(arg), self.ins.get(declared)
+    def _fused_hardsigmoid(self) -> Domain | None:
+        """The domain its consumers read when the passes fused a hardsigmoid into this kernel
+        (ActivationFusionPass: hardsigmoid(x) = clamp(x / 6 + 1/2, 0, 1) is a requantize into
+        scale 6·s and zero point z + round(1 / 2s) when the hardsigmoid's output domain (s, z)
+        maps 0 and 1 to the code range's ends), else None. The fused node is gone, so that it
+        was a hardsigmoid is checked against the program it came from; unproven without it."""
+        out, users = self.out, list(self.node.users)
+        seen = {_read_as(u, self.node) for u in users}
+        if out is None or out.per_channel or len(seen) != 1 or None in seen:
+            return None
+        (d,) = seen
+        s, z = float(d.scale), int(d.zero_point)  # type: ignore[arg-type]
+        fused_zp = max(d.qmin, min(d.qmax, z + round(1 / (2 * s))))
+        if d == out or not (_close(float(out.scale), 6 * s) and out.zero_point == fused_zp):  # type: ignore[arg-type]
+            return None
+        if self.reference is None:
+            self.unproven(f"its consumers read its codes in {d}: a hardsigmoid the passes fused into its output "
+                          "domain, which only the program it came from states (pass it: reference=)")  # fmt: skip
+        else:
+            found = any(_close(hs, s) and hz == z for hs, hz in self.reference.hardsigmoids)
+            self.check("fused hardsigmoid", found, f"its consumers read its codes in {d}, a hardsigmoid fused into "
+                       f"its output domain {out}; the program it came from has {'one' if found else 'no'} "
+                       "hardsigmoid with that output domain")  # fmt: skip
+        return d
+
+    def reads(self, arg: int, declared: int, domain: Domain | None = None) -> Domain | None:
+        """Input `arg` must be in the declared domain `declared` (or `domain`); returns that domain."""
+        src, d = self.arg(arg), domain or self.ins.get(declared)
         if not isinstance(src, fx.Node) or src.name not in self.dg.g:
             return d
         v = self.dg.value(src.name)
@@ -187,6 +258,21 @@ class _Kernel:
         )  # fmt: skip
 
 
+def _read_as(user: fx.Node, node: fx.Node) -> Domain | None:
+    """The domain `user` reads `node`'s codes in: a per-tensor dequantize's arguments, a kernel's
+    ``input_qparams`` (indexed by tensor argument); None when it does not say."""
+    if "dequantize_per_tensor" in target_name(user):
+        if len(user.args) < 6:
+            return None
+        scale, zp, qmin, qmax, dtype = user.args[1:6]
+        return Domain.quantized(dtype_name(dtype), float(scale), int(zp), int(qmin), int(qmax))  # type: ignore[arg-type]
+    tensors = [a for a in user.args if isinstance(a, fx.Node)]
+    qin = user.meta.get("input_qparams") or {}
+    if tensors.count(node) != 1 or tensors.index(node) not in qin:
+        return None
+    return quant_args_domain(qin[tensors.index(node)], user)
+
+
 def _scale(d: Domain | None) -> float:
     return float(d.scale) if d is not None and not d.per_channel else math.nan  # type: ignore[arg-type]
 
@@ -200,17 +286,97 @@ def _add(k: _Kernel) -> None:
     k.zero_point("output_zero_point", zp_o, k.out)
     out = ratio(m_o, sh_o) * 2**_SHIFT_INT8
     k.ratio_is("self_multiplier/shift", ratio(m_a, sh_a) * out, _scale(a) / _scale(k.out))
-    k.ratio_is("other_multiplier/shift", ratio(m_b, sh_b) * out, _scale(b) / _scale(k.out))
+    got_b, want_b = ratio(m_b, sh_b) * out, _scale(b) / _scale(k.out)
+    coefficient = _add_coefficient(k, (_scale(a), _scale(b), _scale(k.out)), got_b / want_b)
+    if coefficient is not None:
+        k.ratio_is("other_multiplier/shift", got_b / coefficient, want_b)
     k.bounds(lo, hi)
 
 
+def _add_coefficient(k: _Kernel, scales: tuple[float, float, float], realised: float) -> int | None:
+    """The coefficient the passes folded into the second input's multiplier: the add's alpha
+    (−alpha for a sub), which only the program before the passes states. Without it, a realised
+    ratio that is an integer multiple other than 1 (a sub's −1, an alpha) is unproven, not an
+    error; any other ratio is checked as coefficient 1."""
+    if k.reference is not None and (found := k.reference.add_coefficient(scales)) is not None:
+        return found
+    whole = round(realised) if math.isfinite(realised) else 0
+    if whole in (0, 1) or not _close(realised, whole):
+        return 1
+    why = "no add of the program it came from has these domains" if k.reference else "pass it (reference=)"
+    k.unproven(f"other_multiplier/shift realises {whole} x the declared scale ratio: an alpha or a sub the passes "
+               f"folded into it, which only the program it came from states ({why})")  # fmt: skip
+    return None
+
+
 def _mul(k: _Kernel) -> None:
-    a, b = k.reads(0, 0), k.reads(2, 1)
-    k.value()
+    clamp = _hardswish_clamp_of(k.node)
+    if clamp is None:
+        a, b = k.reads(0, 0), k.reads(2, 1)
+        k.value()
+    else:
+        a, b = _hardswish(k, clamp)
     k.zero_point("self_zero_point", k.arg(1), a)
     k.zero_point("other_zero_point", k.arg(3), b)
     k.zero_point("output_zero_point", k.arg(4), k.out)
     k.ratio_is("output_multiplier/shift", ratio(k.arg(5), k.arg(6)), _scale(a) * _scale(b) / _scale(k.out))
+
+
+def _hardswish_clamp_of(mul: fx.Node) -> fx.Node | None:
+    """DecomposeHardswishPass writes hardswish(x) as mul(x, minimum(x, code of 3)) with the +3 and
+    the /6 in the mul's domains: the minimum, when `mul` is that."""
+    m = mul.args[2] if len(mul.args) > 2 else None
+    if isinstance(m, fx.Node) and target_name(m).startswith("cortex_m.") and base_name(target_name(m)) == "minimum":
+        return m if m.args and m.args[0] is mul.args[0] else None
+    return None
+
+
+def _hardswish_clamp(k: _Kernel) -> None:
+    """The minimum of a decomposed hardswish: min(x, 3) on x's codes, in x's domain (the node's
+    input_qparams are a copy of x's producer's, not x's domain)."""
+    d = k.out
+    k.reads(0, 0, domain=d)
+    k.value()
+    three = k.consts.tensor(k.arg(1)) if isinstance(k.arg(1), fx.Node) else None
+    if d is None or d.per_channel or three is None or three.numel() != 1:
+        return k.unproven("its clamp constant or domain is not readable", needs_reference=False)
+    want = max(d.qmin, min(d.qmax, round(3 / float(d.scale)) + int(d.zero_point)))  # type: ignore[arg-type]
+    got = int(three.item())
+    k.check("hardswish clamp", got == want, f"clamps at code {got}; 3 is code {want} in {d}")
+
+
+def _hardswish(k: _Kernel, clamp: fx.Node) -> tuple[Domain | None, Domain | None]:
+    """hardswish(x) = x · (min(x, 3) + 3) / 6 for x ≥ −3 (ClampHardswishPass quantizes x's
+    producer from −3 up): the mul reads min(x, 3) in x's scale with the zero point moved by
+    round(3 / s) (the +3), and writes into 6× the scale its consumers read (the /6). That the
+    program had a hardswish there is checked against the program it came from."""
+    a = k.reads(0, 0)
+    b, m = k.ins.get(1), k.dg.value(clamp.name).definition.domain if clamp.name in k.dg.g else None
+    if a is None or b is None or m is None or a.per_channel or b.per_channel:
+        k.value()
+        k.unproven("a decomposed hardswish whose domains are not readable", needs_reference=False)
+        return a, b
+    s, z = float(a.scale), int(a.zero_point)  # type: ignore[arg-type]
+    k.reads(2, 1, domain=m)
+    k.check("hardswish +3", m == a and _close(float(b.scale), s) and b.zero_point == z - round(3 / s),
+            f"reads min(x, 3) in {b}; x + 3 in x's domain {a} is zero point {z - round(3 / s)}")  # fmt: skip
+    k.check("hardswish domain", (a.qmin - z) * s >= -3 - s, f"x's domain {a} reaches {(a.qmin - z) * s:.4g}, and "
+            "the decomposition holds for x ≥ -3 only")  # fmt: skip
+    seen = {_read_as(u, k.node) for u in k.node.users}
+    out, d = k.out, next(iter(seen)) if len(seen) == 1 else None
+    sixth = d is not None and out is not None and _close(float(out.scale), 6 * float(d.scale))  # type: ignore[arg-type]
+    if not sixth or out.zero_point != d.zero_point:  # type: ignore[union-attr]
+        k.value()
+        return a, b
+    k.value(fused=d)
+    if k.reference is None:
+        k.unproven(f"a hardswish the passes decomposed (its consumers read {d}), which only the program it came "
+                   "from states (pass it: reference=)")  # fmt: skip
+    else:
+        found = any(_close(hs, float(d.scale)) and hz == d.zero_point for hs, hz in k.reference.hardswishes)  # type: ignore[arg-type]
+        k.check("decomposed hardswish", found, f"the program it came from has {'a' if found else 'no'} hardswish "
+                f"with output domain {d}")  # fmt: skip
+    return a, b
 
 
 def _linear(k: _Kernel) -> None:
@@ -255,10 +421,12 @@ def _conv2d(k: _Kernel) -> None:
     got = [ratio(int(m), int(s)) for m, s in zip(mults.tolist(), shifts.tolist(), strict=True)]
     worst = max(range(n), key=lambda c: abs(got[c] - want[c]) / want[c] if want[c] > 0 else math.inf)
     k.ratio_is(f"requantize_multipliers/shifts[{worst}] (worst of {n} channels)", got[worst], want[worst])
-    if k.arg(2) is not None:
+    if k.arg(2) is not None and b is None:  # (the wheel's grouped conv test: passes on the reference kernels)
+        k.unproven("its bias has no declared domain (input_qparams[2])", needs_reference=False)
+    elif k.arg(2) is not None:
         acc = [_scale(x) * sw for sw in _channels(w, n)]
         have = _channels(b, n)
-        holds = b is not None and all(z == 0 for z in (b.zero_point if b.per_channel else [b.zero_point]))  # type: ignore[union-attr]
+        holds = all(z == 0 for z in (b.zero_point if b.per_channel else [b.zero_point]))  # type: ignore[union-attr]
         holds = holds and all(abs(h - a) <= RATIO_TOLERANCE * a for h, a in zip(have, acc, strict=True))
         k.check("bias domain", holds, f"the accumulator is s_in · s_w per channel; the bias is declared in {b}")
 
