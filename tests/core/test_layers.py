@@ -89,7 +89,8 @@ def test_no_import_circle() -> None:
 
 def test_only_targets_reach_into_a_backend() -> None:
     """Outside `qflow/targets/`, a backend is reached through the registry and its hooks
-    (`qflow.targets.get(...)`, `Target.hook`), never by importing its folder."""
+    (`qflow.targets.get(...)`, `Target.hook`), never by importing its folder or the ExecuTorch
+    backend it reads (`executorch.backends.*`)."""
     reach = []
     for module, path in sorted(_MODULES.items()):
         if module.startswith("qflow.targets") or module in ALLOWED_BACKEND_IMPORTS:
@@ -98,6 +99,12 @@ def test_only_targets_reach_into_a_backend() -> None:
             if re.match(r"qflow\.targets\.[a-z_]+\.", imported + "."):
                 if imported.split(".")[2] not in ("contract", "generic"):
                     reach.append(f"{path.relative_to(ROOT.parent)}:{line}: {module} imports {imported}")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):  # nor the backend itself
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                if name.startswith("executorch.backends."):
+                    reach.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}: {module} imports {name}")
     assert not reach, "\n".join(reach)
 
 
