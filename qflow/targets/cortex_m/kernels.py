@@ -20,6 +20,9 @@ realises them, by the arithmetic of the Cortex-M dialect's reference kernels
   weights are read with no offset, so their zero points must be 0; per output channel c,
   ratio_c = s_in · s_w[c] / s_out; the int32 bias is added to the accumulator, so its declared
   domain is s_in · s_w[c] with zero point 0;
+* `quantized_depthwise_conv2d`: as `quantized_conv2d` (IHWO weights, depth_multiplier before the
+  offsets);
+* `quantized_max_pool2d`: the max of codes, in the input's domain (zero points in and out);
 * `quantized_avg_pool2d`: the codes' domain is kept (its zero point and multiplier / shift
   dequantize and requantize with themselves: a mutated one moves codes by at most one, measured);
 * `pad` / `transpose`: copies of codes; a pad with any padding writes `pad_value`;
@@ -403,13 +406,14 @@ def _channels(d: Domain | None, n: int) -> list[float]:
     return [float(s) for s in d.scale] if d.per_channel else [float(d.scale)] * n  # type: ignore[union-attr]
 
 
-def _conv2d(k: _Kernel) -> None:
+def _conv2d(k: _Kernel, at: int = 6) -> None:
+    """`at`: the position of input_offset (the depthwise kernel has depth_multiplier before it)."""
     x, w, b = k.reads(0, 0), k.ins.get(1), k.ins.get(2)
     k.value()
-    k.zero_point("input_offset", k.arg(6), x, sign=-1)
-    k.zero_point("output_offset", k.arg(7), k.out)
-    k.bounds(k.arg(10), k.arg(11))
-    mults, shifts = (k.consts.tensor(a) if isinstance(a, fx.Node) else None for a in (k.arg(8), k.arg(9)))
+    k.zero_point("input_offset", k.arg(at), x, sign=-1)
+    k.zero_point("output_offset", k.arg(at + 1), k.out)
+    k.bounds(k.arg(at + 4), k.arg(at + 5))
+    mults, shifts = (k.consts.tensor(a) if isinstance(a, fx.Node) else None for a in (k.arg(at + 2), k.arg(at + 3)))
     if w is None or x is None or mults is None or shifts is None:
         return k.unproven(
             "its weight domain or requantize multipliers / shifts are not readable", needs_reference=False
@@ -476,6 +480,23 @@ def _avg_pool2d(k: _Kernel) -> None:
         k.check("output domain", False, f"the kernel keeps the codes' domain {d}, the program declares {k.out}")
 
 
+def _depthwise_conv2d(k: _Kernel) -> None:
+    """A conv2d whose weights are IHWO, one output channel per input channel × depth_multiplier."""
+    _conv2d(k, at=7)
+
+
+def _max_pool2d(k: _Kernel) -> None:
+    """The max of codes: the kernel neither rescales nor moves a zero point (it refuses different
+    input and output zero points), so the output is the input's codes in the input's domain."""
+    d = k.reads(0, 0)
+    k.value()
+    k.zero_point("input_zero_point", k.arg(6), d)
+    k.zero_point("output_zero_point", k.arg(7), k.out)
+    if d is not None and k.out is not None and d != k.out:
+        k.check("output domain", False, f"the kernel keeps the codes' domain {d}, the program declares {k.out}")
+    k.bounds(k.arg(8), k.arg(9))
+
+
 def _pad(k: _Kernel) -> None:
     src = k.arg(0)
     k.value(copies=src if isinstance(src, fx.Node) else None)
@@ -516,6 +537,8 @@ _READERS = {
     "quantized_linear": _linear,
     "quantized_conv2d": _conv2d,
     "quantized_avg_pool2d": _avg_pool2d,
+    "quantized_depthwise_conv2d": _depthwise_conv2d,
+    "quantized_max_pool2d": _max_pool2d,
     "pad": _pad,
     "transpose": _copy,
 }
