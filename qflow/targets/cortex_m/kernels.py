@@ -197,6 +197,10 @@ class _Kernel:
         fused_zp = max(d.qmin, min(d.qmax, z + round(1 / (2 * s))))
         if d == out or not (_close(float(out.scale), 6 * s) and out.zero_point == fused_zp):  # type: ignore[arg-type]
             return None
+        # (only then is hardsigmoid's own clamp to [0, 1] the requantize's clamp to the code range)
+        ends = z <= d.qmin and z + 1 / s >= d.qmax - 0.5
+        self.check("fused hardsigmoid range", ends, f"{d} maps real 0 to code {z} and 1 to {z + 1 / s:.1f}: "
+                   f"the fused requantize clamps to [{d.qmin}, {d.qmax}], which must be those ends")  # fmt: skip
         if self.reference is None:
             self.unproven(f"its consumers read its codes in {d}: a hardsigmoid the passes fused into its output "
                           "domain, which only the program it came from states (pass it: reference=)")  # fmt: skip
