@@ -414,7 +414,7 @@ class Interpreter:
             t = self.p.tensors.get(i)
             if p is None or t is None or t.dtype != "INT32" or p.op not in _INT32_ARITHMETIC:
                 continue
-            if p.op == op.op == "REDUCE_SUM":
+            if p.op == op.op == "REDUCE_SUM" or not self._rescaled(p):
                 continue
             self.check(
                 op,
@@ -425,6 +425,17 @@ class Interpreter:
                 "have cut); qflow does not bound what that does to the output",
                 kind="skipped-requant",
             )
+
+    def _rescaled(self, op: TosaOp, depth: int = 8) -> bool:
+        """Does `op` compute on codes a RESCALE brought to int32 (directly or through other int32
+        arithmetic)? Integer data the program never quantized (an int32 clamp) has no requant to skip."""
+        for i in op.inputs:
+            p = self._prod.get(i)
+            if p is not None and (
+                p.op == "RESCALE" or (depth and p.op in _INT32_ARITHMETIC and self._rescaled(p, depth - 1))
+            ):
+                return True
+        return False
 
     def _step(self, op: TosaOp) -> None:
         handler = getattr(self, f"op_{op.op}", None)
