@@ -256,13 +256,16 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
             return
         cls = self._op_class(node)  # (UNKNOWN for a call_module)
         dt = getattr(node.meta.get("val"), "dtype", None)
+        # (a backend reads its own kernels first: a comparison it runs on codes has a bool output)
+        if cls in (OpClass.UNKNOWN, OpClass.ACTIVATION, OpClass.COMPUTE, OpClass.PASSTHROUGH) and self._backend_reads(
+            node
+        ):
+            return
         # (_domain_free, with the class at hand)
         free = dt in DOMAIN_FREE_DTYPES and cls is not OpClass.QUANTIZE and cls is not OpClass.DEQUANTIZE
         if free or cls is OpClass.CONSTANT:
             why = "factory op" if cls is OpClass.CONSTANT else f"{dtype_name(dt)} tensor"
             self._value(node, cls, Definition(DefKind.FREE, reason=f"domain-free {why}"))
-            return
-        if cls in (OpClass.UNKNOWN, OpClass.ACTIVATION, OpClass.COMPUTE) and self._backend_reads(node):
             return
         if cls is OpClass.DELEGATE:
             self._add_delegate_call(node)

@@ -277,6 +277,18 @@ KINDS: dict[str, Kind] = {
             "(API: `qflow.analyze('model.pte', reference=exported_program_or_pt2_path)`).",
         ),
         Kind(
+            "real-constant-on-codes",
+            "error",
+            "an op the target runs on integer codes compares them with a constant in real units",
+            "The backend folds the dequantize before a comparison into it but has no kernel for it: the "
+            "portable kernel compares the integer codes with the threshold as written (a real number), or "
+            "codes of two different domains with each other, so the mask differs from the program's on the "
+            "codes the finding names (measured: the Cortex-M passes on `torch.where(x > 0, x, y)` with the "
+            "stock CortexMQuantizer, 122 output LSB; tests/contracts/).",
+            "Keep the comparison in float (leave it out of the quantizer's annotation, or compare a tensor "
+            "the program does not quantize), or use a threshold that is exact in codes (0 with zero point 0).",
+        ),
+        Kind(
             "tosa-artifact-mismatch",
             "error",
             "the TOSA flatbuffer the backend emitted does not realise the declared domains",

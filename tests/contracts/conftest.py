@@ -48,3 +48,8 @@ def verdicts():
         return cache[key]
 
     return errors
+
+
+@pytest.fixture(scope="session")
+def cortex_m_table() -> dict[tuple[str, str], probe.Measurement]:
+    return checks.table(probe.CortexMBackend(), custom_forced=False)

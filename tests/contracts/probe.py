@@ -318,6 +318,8 @@ class Programs:
     qdq: torch.fx.GraphModule
     lowered: Any = None
     folded: tuple[Any, ...] = ()
+    #: The program the lowered one was made from, where its check needs one (Cortex-M's kernel_sum).
+    reference: Any = None
 
 
 @dataclass
@@ -387,6 +389,9 @@ class Backend:
     carried: frozenset[str] = frozenset()
     #: What the last `lower_and_run_batch` lowered (None: its lowering was refused).
     last: Programs | None = None
+    #: Whether an op left on the CPU may compute on codes (no delegate boundary dequantizes for
+    #: it): then a CPU op that misses the fake-quantized model is a miscompile, not a float op.
+    cpu_reads_codes: bool = False
 
     def quantize(self, case: Case, model: torch.nn.Module, samples: list[tuple[torch.Tensor, ...]]) -> tuple:
         raise NotImplementedError
@@ -394,6 +399,9 @@ class Backend:
     def lower_and_run(self, gm: torch.fx.GraphModule, op: str, samples: list[tuple[torch.Tensor, ...]]):
         """Returns (delegated: bool, cpu_ops, outputs per sample) or raises _Refused."""
         raise NotImplementedError
+
+    def placement(self, top: torch.fx.GraphModule, i: int, op: str = "") -> tuple[bool, str]:
+        return placement(top, i, op)
 
 
 class PartlyRefused(Exception):  # noqa: N818 - an outcome, not a bug
@@ -567,6 +575,51 @@ class XnnpackBackend(Backend):
                 lines = [ln for ln in exc.log.splitlines() if ln.strip()]
                 raise Refused(REFUSED_LOAD, " | ".join(lines[-3:])[:400] or _short(exc)) from exc
         return d.delegates > 0, tuple(_base(o) for o in d.cpu_ops), outs
+
+
+class CortexMBackend(Backend):
+    """CortexMQuantizer → to_edge → CortexMPassManager (M55), run on the Cortex-M dialect's
+    reference kernels. No partitioner: an op is "delegated" when a `cortex_m::` kernel computes
+    it, and on the CPU when it stays an aten op on the portable kernels."""
+
+    name = "cortex-m"
+    cpu_reads_codes = True
+
+    def quantize(self, case, model, samples):
+        return self.quantize_batch([case], model, samples, False)
+
+    def quantize_batch(self, cases, model, samples, custom):
+        from qflow.targets.cortex_m import pipeline as cortex_m
+
+        return cortex_m.quantize(model, samples), "stock"
+
+    def lower_and_run_batch(self, gm, samples):
+        from qflow.targets.cortex_m import pipeline as cortex_m
+
+        try:
+            given, program = cortex_m.lower(gm, samples[0])
+        except Exception as exc:  # noqa: BLE001
+            raise Refused(REFUSED_LOWERING, _short(exc)) from exc
+        self.last = Programs(gm, program, reference=given)
+        outs = []
+        for s in samples:
+            try:
+                outs.append(cortex_m.run(program, s))
+            except Exception as exc:  # noqa: BLE001 - a kernel that refuses its arguments
+                raise Refused(REFUSED_LOAD, _short(exc)) from exc
+        return program.graph_module, outs
+
+    def placement(self, top, i, op=""):
+        """On a kernel when the branch's output comes from a `cortex_m::` op past its Q/DQ."""
+        _, what = placement(top, i, op)
+        if what in _ALIASES.get(op, {op}):
+            return False, what
+        node = _outputs(top)[i]
+        while isinstance(node, torch.fx.Node) and (_is_q(node) or _is_dq(node)):
+            node = node.args[0]
+        if isinstance(node, torch.fx.Node) and "cortex_m" in str(node.target):
+            return True, ""
+        return False, what
 
 
 def _convert(model, samples, quantizer):
@@ -874,10 +927,12 @@ def measure_batch(
             continue
         lsb = max(compare([ref[i]], [out[i]], scales[i]) for ref, out in zip(reference, outs, strict=True))
         m.lsb = round(lsb, 2)
-        delegated, cpu_op = placement(top, i, cases[i].op)
+        delegated, cpu_op = backend.placement(top, i, cases[i].op)
         if not quantized[i]:
             m.detail = "float (the quantizer leaves it unquantized)"
-        if not delegated:
+        if not delegated and backend.cpu_reads_codes and lsb > 1.0 + TOLERANCE:
+            m.outcome, m.detail = MISCOMPILE, f"on CPU, on codes: {cpu_op}"
+        elif not delegated:
             m.outcome, m.detail = CPU, f"on CPU: {cpu_op}"
         else:
             m.outcome = EXACT if lsb <= 1.0 + TOLERANCE else MISCOMPILE

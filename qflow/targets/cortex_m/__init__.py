@@ -12,15 +12,35 @@ from __future__ import annotations
 
 from qflow.targets.contract import OpRule, Outcome, Target
 
+#: Measured by the contract probe (benchmarks/contracts.md, cortex-m column; tests/contracts/):
+#: a domain change across these miscomputes. The activations are clamps on codes
+#: (QuantizedClampActivationPass), the copies and maximum / minimum run on codes on the portable
+#: kernels, and quantized_avg_pool2d (also mean over H, W: DecomposeMeanPass) keeps its input's
+#: domain: zero point shifted 9-10 LSB, scale ×1.37 3-41 LSB.
+_CODE_COPY = (
+    "relu relu_ hardtanh hardtanh_ clamp clamp_ avg_pool2d adaptive_avg_pool2d mean maximum minimum "
+    "stack slice constant_pad_nd squeeze unsqueeze pixel_shuffle"
+).split()
+
 TARGET = Target(
     name="cortex-m",
     description="ExecuTorch Cortex-M backend (CMSIS-NN kernels), after CortexMPassManager",
-    # Every aten op the passes leave runs on the portable kernels: in float between a
-    # dequantize and a quantize, or as a copy of codes (views, and a relu as an aten.clamp on
-    # codes, which kernels.py reads).
-    op_rules={op: OpRule.CPU_FLOAT for op in ("convolution", "conv2d", "addmm", "linear", "mean", "mm", "bmm")},
+    op_rules={op: OpRule.CODE_COPY for op in _CODE_COPY},
     outcome=Outcome.MISCOMPILE,
+    # The passes fold (FoldAndAnnotateQParamsPass) only nodes CortexMQuantizer marked quantized; an
+    # unmarked op stays between a dequantize and a quantize, in float on the portable kernels.
+    lowers_only_marked=("_arm_annotation_info", "quantized"),
     backend="qflow.targets.cortex_m.backend",
-    # (the cortex_m kernels are read and checked one by one; no aten op runs on codes)
-    validated={},
+    # Stock CortexMQuantizer single-op programs measured within 1 output LSB of the fake-quantized
+    # model on the reference kernels (benchmarks/contracts.json, 2026-11-25); `convolution` is the
+    # edge dialect's conv2d. The cortex_m kernels themselves are read and checked one by one.
+    validated={
+        "int8": frozenset(
+            "add sub mul conv2d convolution linear bmm sigmoid tanh gelu rsqrt silu log avg_pool2d "
+            "adaptive_avg_pool2d mean maximum minimum".split()
+        )
+    },
+    # Loud, not silent: a hardswish no kernel precedes stays an aten op on int8 codes (nothing for
+    # DecomposeHardswishPass to fuse it into), which the portable kernel refuses when it runs.
+    measured_off={"int8": {"hardswish": "refused when run after a quantize (no int8 hardswish kernel)"}},
 )

@@ -13,6 +13,7 @@ realises them, by the arithmetic of the Cortex-M dialect's reference kernels
   add's alpha (−alpha for a sub, also a `quantized_add`) multiplies the second ratio and is read
   from the program before the passes (`reference=`);
 * `quantized_mul`: ratio_out = s_a · s_b / s_out;
+* `quantized_batch_matmul`: offsets are negated zero points; ratio_out = s_lhs · s_rhs / s_out;
 * `quantized_linear`: offsets are negated zero points (input, filter) and the output zero point;
   ratio = s_in · s_w / s_out; the bias (on MVE folded into `kernel_sum` with input_offset · Σw)
   is checked against the program it came from (`reference=`), else unproven;
@@ -40,6 +41,7 @@ above are what survived that measurement. Anything else is unproven, never prove
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,9 +50,17 @@ import torch
 import torch.fx as fx
 
 from qflow.domain import FLOAT, Domain
-from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value
-from qflow.ir.fx_nodes import Consts, dtype_name, quant_args_domain, target_name
-from qflow.ops import OpClass, base_name
+from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
+from qflow.ir.fx_nodes import (
+    Consts,
+    dtype_name,
+    is_float,
+    module_path,
+    numel_of,
+    quant_args_domain,
+    target_name,
+)
+from qflow.ops import OpClass, base_name, classify
 
 KIND = "kernel-argument-mismatch"
 #: Multipliers are 31-bit fixed point: two of them differ from the real ratio by < 2^-29.
@@ -154,7 +164,97 @@ def read_node(dg: DomainGraph, node: fx.Node, consts: Consts, reference: Referen
     if op == "clamp" and node.meta.get("output_qparams"):
         _clamp(_Kernel(dg, node, consts, reference))
         return True
-    return False
+    if op in _COMPARISONS and _comparison(dg, node):
+        return True
+    return _float_op(dg, node)
+
+
+def _float_op(dg: DomainGraph, node: fx.Node) -> bool:
+    """After the passes, an aten op they left between a `cortex_m` dequantize and quantize (not
+    folded: no ``input_qparams``) runs on the portable kernels in float, whatever it is: a domain
+    change across it is an ordinary requantize (measured: relu6's hardtanh, exact)."""
+    ins = node.all_input_nodes
+    if target_name(node).startswith("cortex_m.") or node.meta.get("input_qparams") or node.meta.get("output_qparams"):
+        return False
+    if not any(target_name(a).startswith("cortex_m.dequantize") for a in ins) or not all(map(is_float, ins)):
+        return False
+    dg.add_value(_node_value(node, float_fact(), classify(base_name(target_name(node)))))
+    for i, a in enumerate(node.args):
+        if isinstance(a, fx.Node) and a.name in dg.g:
+            dg.add_use(a.name, node.name, f"args[{i}]")
+            if not dg.value(a.name).definition.domain_free:
+                dg.oblige(Obligation(ObligationKind.USE, node=node.name, value=a.name, expected=FLOAT,
+                                     expected_real=True, edge=(a.name, node.name), arg=f"args[{i}]"))  # fmt: skip
+    return True
+
+
+def _node_value(node: fx.Node, d: Definition, cls: OpClass = OpClass.COMPUTE) -> Value:
+    """`node`'s value, located as the FX reader locates every node (its module path and source)."""
+    val = node.meta.get("val")
+    dt = dtype_name(val.dtype) if isinstance(val, torch.Tensor) else None
+    where = {"stack_trace": node.meta.get("stack_trace"), "module_path": module_path(node)}
+    return Value(node.name, target_name(node), cls, d, dtype=dt, numel=numel_of(val), **where)
+
+
+#: Comparisons, as the portable kernels compute them.
+_COMPARISONS: dict[str, Any] = {
+    "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
+}  # fmt: skip
+
+
+def _codes_read(node: fx.Node, i: int) -> Domain | None:
+    """The domain of the codes `node`'s argument `i` holds when the kernel reads them: its folded
+    ``input_qparams`` (after the passes), or, before them, a dequantize the fold will remove
+    (FoldAndAnnotateQParamsPass folds every node the quantizer marked quantized); None: reals."""
+    qin = node.meta.get("input_qparams") or {}
+    if i in qin:
+        return quant_args_domain(qin[i], node)
+    a = node.args[i] if i < len(node.args) else None
+    info = (node.meta.get("custom") or {}).get("_arm_annotation_info") or {}
+    if isinstance(a, fx.Node) and info.get("quantized") and "dequantize_per_tensor" in target_name(a):
+        return _read_as(a, a)
+    return None
+
+
+def _comparison(dg: DomainGraph, node: fx.Node) -> bool:
+    """A comparison the passes fold onto codes: no kernel lowers it, so the portable kernel compares
+    the codes themselves — with the threshold as written (a real number), or with the other operand's
+    codes. Measured (tests/contracts/, cortex-m): `where(x > 0, x, y)` 122 output LSB off."""
+    domains = [_codes_read(node, i) for i in range(2)]
+    if domains == [None, None]:
+        return False  # (on reals: a float comparison)
+    dg.add_value(_node_value(node, Definition(DefKind.FREE, reason="domain-free bool tensor")))
+    for a in node.all_input_nodes:
+        if a.name in dg.g:
+            dg.add_use(a.name, node.name, "args")
+    op = base_name(target_name(node))
+    other = node.args[1] if len(node.args) > 1 else None
+    d = domains[0] or domains[1]
+    assert d is not None
+    if isinstance(other, fx.Node):
+        holds = domains[0] is not None and domains[0] == domains[1]
+        detail = f"compares codes of {domains[0] or 'reals'} with codes of {domains[1] or 'reals'}"
+    else:
+        holds, detail = _threshold(_COMPARISONS[op], d, float(other))  # type: ignore[arg-type]
+    dg.oblige(
+        Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind="real-constant-on-codes",
+                   holds=holds, arg=op, detail=f"{node.name} ({op}) {detail}.")
+    )  # fmt: skip
+    return True
+
+
+def _threshold(compare: Any, d: Domain, c: float) -> tuple[bool, str]:
+    """Does comparing codes with `c` as written give the real comparison, on every code of `d`?"""
+    codes = torch.arange(d.qmin, d.qmax + 1, dtype=torch.int32)
+    reals = (codes - int(d.zero_point)).to(torch.float32) * float(d.scale)  # type: ignore[arg-type]
+    wrong = codes[compare(codes.to(torch.float32), c) != compare(reals, c)]
+    if not len(wrong):
+        return True, f"compares codes of {d} with {c:g}: the same mask as the reals on every code"
+    q = int(wrong[0])
+    return False, (
+        f"compares codes of {d} with {c:g} as written: the mask differs from the real comparison on "
+        f"{len(wrong)} of {len(codes)} codes (code {q}, real {(q - int(d.zero_point)) * float(d.scale):.4g})"  # type: ignore[arg-type]
+    )
 
 
 class _Kernel:
@@ -180,7 +280,7 @@ class _Kernel:
             d = Definition(DefKind.FACT, fused or self._fused_hardsigmoid() or self.out)
         else:
             d = Definition(DefKind.FREE, blocking=True, reason=f"{self.name} has no output_qparams to check it against")
-        self.dg.add_value(Value(self.name, target_name(self.node), OpClass.COMPUTE, d))
+        self.dg.add_value(_node_value(self.node, d))
 
     def _fused_hardsigmoid(self) -> Domain | None:
         """The domain its consumers read when the passes fused a hardsigmoid into this kernel
@@ -230,6 +330,12 @@ class _Kernel:
             Obligation(ObligationKind.STRUCTURAL, self.name, self.name, finding_kind=KIND, holds=holds,
                        arg=what, detail=f"{self.name} {what}: {detail}.")
         )  # fmt: skip
+
+    def keeps_domain(self) -> None:
+        """A kernel that copies codes: the output domain the fold recorded on it must be its input's."""
+        d = self.ins.get(0)
+        if d is not None and self.out is not None and d != self.out:
+            self.check("output domain", False, f"the kernel copies codes of {d}; the program declares {self.out}")
 
     def zero_point(self, what: str, got: int, d: Domain | None, sign: int = 1) -> None:
         if d is None:
@@ -325,6 +431,17 @@ def _mul(k: _Kernel) -> None:
         a, b = _hardswish(k, clamp)
     k.zero_point("self_zero_point", k.arg(1), a)
     k.zero_point("other_zero_point", k.arg(3), b)
+    k.zero_point("output_zero_point", k.arg(4), k.out)
+    k.ratio_is("output_multiplier/shift", ratio(k.arg(5), k.arg(6)), _scale(a) * _scale(b) / _scale(k.out))
+
+
+def _batch_matmul(k: _Kernel) -> None:
+    """lhs @ rhs of codes offset by the negated zero points, requantized by s_lhs · s_rhs / s_out; the
+    rhs is read transposed (a `cortex_m.transpose` of it, or a constant the passes transposed)."""
+    a, b = k.reads(0, 0), k.reads(2, 1)
+    k.value()
+    k.zero_point("lhs_zero_point", k.arg(1), a, sign=-1)
+    k.zero_point("rhs_zero_point", k.arg(3), b, sign=-1)
     k.zero_point("output_zero_point", k.arg(4), k.out)
     k.ratio_is("output_multiplier/shift", ratio(k.arg(5), k.arg(6)), _scale(a) * _scale(b) / _scale(k.out))
 
@@ -505,6 +622,7 @@ def _max_pool2d(k: _Kernel) -> None:
 def _pad(k: _Kernel) -> None:
     src = k.arg(0)
     k.value(copies=src if isinstance(src, fx.Node) else None)
+    k.keeps_domain()
     pads = [*k.arg(1), *k.arg(2)]
     if any(pads) and isinstance(src, fx.Node):
         d = k.dg.value(src.name).definition.domain if src.name in k.dg.g else None
@@ -520,6 +638,7 @@ def _pad(k: _Kernel) -> None:
 def _copy(k: _Kernel) -> None:
     src = k.arg(0)
     k.value(copies=src if isinstance(src, fx.Node) else None)
+    k.keeps_domain()
 
 
 def _clamp(k: _Kernel) -> None:
@@ -539,6 +658,7 @@ def _clamp(k: _Kernel) -> None:
 _READERS = {
     "quantized_add": _add,
     "quantized_mul": _mul,
+    "quantized_batch_matmul": _batch_matmul,
     "quantized_linear": _linear,
     "quantized_conv2d": _conv2d,
     "quantized_avg_pool2d": _avg_pool2d,
