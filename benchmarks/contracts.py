@@ -31,7 +31,7 @@ import probe  # noqa: E402
 
 JSON = ROOT / "benchmarks" / "contracts.json"
 MD = ROOT / "benchmarks" / "contracts.md"
-TARGETS = ("arm-tosa", "arm-tosa+int16", "xnnpack")
+TARGETS = ("arm-tosa", "arm-tosa+int16", "xnnpack", "cortex-m")
 
 
 def backend(name: str) -> probe.Backend:
@@ -41,6 +41,8 @@ def backend(name: str) -> probe.Backend:
         return probe.ArmBackend("TOSA-1.0+INT+int16", int16=True)
     if name == "xnnpack":
         return probe.XnnpackBackend()
+    if name == "cortex-m":
+        return probe.CortexMBackend()
     raise SystemExit(f"unknown target {name}")
 
 
@@ -122,7 +124,9 @@ def render(data: dict) -> str:
         f"shifted by {probe.ZP_SHIFT}, scale kept; `scale`: output scale ×{probe.SCALE_FACTOR}, zero point kept) or",
         "left as the stock annotation gave it (`stock`). Each program is lowered with the real partitioner",
         "and run (arm-tosa: `TOSAPartitioner` + TOSA reference model; xnnpack: `XnnpackPartitioner` +",
-        "`to_executorch` + the ExecuTorch runtime); the number is the largest difference from the",
+        "`to_executorch` + the ExecuTorch runtime; cortex-m: `CortexMQuantizer`, `to_edge` +",
+        "`CortexMPassManager` for an M55, run on the Cortex-M dialect's reference kernels); the number is the",
+        "largest difference from the",
         "fake-quantized model over 3 inputs, in output LSBs. *exact* = within 1 LSB.",
         "",
         "`*` measured after a carrier `add` (`op(x + c)`): the partitioner does not delegate the op alone.",
@@ -130,7 +134,8 @@ def render(data: dict) -> str:
         "output shared for pass-through ops / own observer otherwise), as a custom annotation would.",
         "`‡` measured in a batched program (every case an independent branch, one lowering per variant),",
         "as `tests/contracts/checks.py` does; unmarked cells are one program per case.",
-        "`CPU`: the op stays outside the delegate. `float`: no quantize on the op's output to move.",
+        "`CPU`: the op stays outside the delegate (cortex-m: an aten op on the portable kernels; a CPU op that",
+        "computes on codes and misses is a MISCOMPILE). `float`: no quantize on the op's output to move.",
         "",
         "Reading: RESCALE = zp and scale exact; ZP_ONLY = zp exact, scale miscompiles; CODE_COPY = neither.",
         "",
@@ -167,6 +172,12 @@ def render(data: dict) -> str:
                 default, shown = rule.name, rule.name
             if moved != op:
                 shown += f" `{moved}`"
+            marked = contract.lowers_only_marked
+            stock = by.get("stock") or {}
+            meta = stock.get("custom_meta") or {}
+            on_cpu = stock.get("outcome") == probe.CPU and "custom_meta" in stock
+            if marked is not None and on_cpu and not (meta.get(marked[0]) or {}).get(marked[1], False):
+                default, shown = "CPU_FLOAT", "unmarked: CPU float"  # (`lowers_only_marked`, not the op rule)
             if by and got not in (default, "ZP_ONLY/CODE_COPY", "(scale pending)") and "zp" in by:
                 shown += " ≠"
             cells.append(shown)
@@ -218,6 +229,11 @@ def render(data: dict) -> str:
         "- xnnpack: the stock `XNNPACKQuantizer` quantizes only conv/linear/add/mul/cat/adaptive_avg_pool2d",
         "  here (shared-qspec ops only after a quantized producer); every other op is measured with the probe's",
         "  int8 annotation (†). A refusal names the XNNPACK node the runtime could not create.",
+        "- cortex-m: the stock `where(x > 0, x, y)` and `x.masked_fill(y > 0.5, -1)` miscompile (122 / 109",
+        "  LSB): the passes fold the dequantize into the comparison, which no kernel lowers, and the portable",
+        "  kernel compares the codes with 0 / 0.5 (finding kind `real-constant-on-codes`). A hardswish no",
+        "  kernel precedes is refused when the program runs (the portable kernel has no int8 hardswish).",
+        "  Ops the stock `CortexMQuantizer` does not mark stay in float between a dequantize and a quantize.",
         "- xnnpack fusion: conv→relu→cat(·, signed) and linear→relu→cat(·, signed) rows: the relu shares the",
         "  cat's domain (zero point above qmin) and XNNPACK clamps in code space (`Fusion.CODE_CLAMP`).",
         "",
