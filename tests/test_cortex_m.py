@@ -334,3 +334,48 @@ def test_depthwise_conv_and_max_pool_kernels_are_read_and_their_mutants_flagged(
     # measured 2026-11-25: 8 mutants move codes by more than one, 6 are errors; the other two are
     # the activation_min bounds that cut into the code range (unproven, reference-needed)
     assert (len(moved), len(errors)) == (8, 6), (sorted(set(moved) - set(errors)), len(moved), len(errors))
+
+
+class Luts(nn.Module):
+    """Two LUT activations (`cortex_m.quantized_activation`) feeding a quantized mul."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.c(x)
+        return torch.sigmoid(y) * torch.tanh(y)
+
+
+@pytest.fixture(scope="module")
+def luts():
+    return _lower(Luts())
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("how", ["one entry", "output zero point"])
+def test_a_lut_that_is_not_its_activation_in_the_declared_domains_is_an_error(luts, how: str) -> None:
+    """Each LUT is read entry by entry against its activation (the node's `original_aten`) between the
+    declared domains: the stock program proves; one entry + 1, or the whole table built for an output
+    zero point 3 off, moves codes on the reference kernels and is an error at that kernel."""
+    reference, program = luts
+    assert qflow.analyze(program, target="cortex-m", reference=reference).status == "proved"
+    lut_nodes = [n for n in program.graph.nodes if "quantized_activation" in str(n.target)]
+    assert len(lut_nodes) == 2
+    node = lut_nodes[0]
+    state = {**program.state_dict, **program.constants}
+    sig = {s.arg.name: s.target for s in program.graph_signature.input_specs}
+    lut = state[sig[node.args[1].name]].clone()
+    if how == "one entry":
+        codes = torch.cat([v.flatten() for v in _values(program, node.args[0].name)]).to(torch.int64)
+        q = int(codes.mode().values) + 128  # (an entry the inputs reach)
+        lut[q] = lut[q] + 1 if lut[q] < 127 else lut[q] - 1
+    else:
+        lut = (lut.to(torch.int32) + 3).clamp(-128, 127).to(torch.int8)
+    broken = _with_constant(program, node.args[1].name, lut)
+    moved = max(float((broken.module()(*x) - program.module()(*x)).abs().max()) for x in _inputs())
+    assert moved > 0
+    report = qflow.analyze(broken, target="cortex-m", reference=reference)
+    assert [(f.kind, f.node) for f in report.errors] == [("kernel-argument-mismatch", node.name)], str(report)
+    assert "LUT" in report.errors[0].message

@@ -23,6 +23,7 @@ import random
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,7 +36,11 @@ except ImportError:  # pragma: no cover
 VARIANTS = ("arm-pc", "arm-pt", "arm-a16w8", "arm-custom", "xnn", "xnn-custom")
 #: The transformer menu's variants (`tx-<variant>`): stock Arm a8w8 and a16w8, custom, stock XNNPACK.
 TX_VARIANTS = ("tx-arm-pc", "tx-arm-a16w8", "tx-arm-custom", "tx-xnn")
-TARGET_OF = {"xnn": "xnnpack", "xnn-custom": "xnnpack"}  # every other variant lowers to arm-tosa
+#: Cortex-M (issue #29): the stock CortexMQuantizer, and seed 000's overrides on it (int8 only);
+#: run with `--variants cm,cm-custom` (the default round robin is the six above).
+CM_VARIANTS = ("cm", "cm-custom")
+TARGET_OF = {"xnn": "xnnpack", "xnn-custom": "xnnpack", "cm": "cortex-m", "cm-custom": "cortex-m"}
+# (every other variant lowers to arm-tosa)
 SPEC_OF = {"arm-pc": "TOSA-1.0+INT", "arm-pt": "TOSA-1.0+INT", "arm-a16w8": "TOSA-1.0+INT+int16"}
 SPEC_OF["arm-custom"] = "TOSA-1.0+INT+int16"
 N_CALIB = 6
@@ -82,8 +87,9 @@ def case_id(index: int, variant: str | None = None) -> str:
 
 def parse_id(cid: str) -> tuple[int, str]:
     index, variant = cid.split("-", 1)
-    if variant not in VARIANTS + TX_VARIANTS:
-        raise ValueError(f"unknown variant {variant!r} in case id {cid!r}; expected one of {VARIANTS + TX_VARIANTS}")
+    known = VARIANTS + TX_VARIANTS + CM_VARIANTS
+    if variant not in known:
+        raise ValueError(f"unknown variant {variant!r} in case id {cid!r}; expected one of {known}")
     return int(index), variant
 
 
@@ -191,6 +197,10 @@ def make_quantizer(variant: str, rng: random.Random, sink: dict[str, Any]) -> An
         )
 
         q: Any = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    elif variant.startswith("cm"):
+        from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+
+        q = CortexMQuantizer()
     else:
         from executorch.backends.arm.quantizer import (
             get_symmetric_a16w8_quantization_config,
@@ -220,10 +230,25 @@ def make_quantizer(variant: str, rng: random.Random, sink: dict[str, Any]) -> An
 # ---------------------------------------------------------------- backends
 
 
+@dataclass(frozen=True)
+class CortexMProgram:
+    """What the Cortex-M flow runs: the program `CortexMPassManager` returns, and the edge program
+    it was given (the reference its kernels' folded integers are checked against)."""
+
+    program: Any
+    given: Any
+
+
 def lower(variant: str, ep: Any, inputs: Inputs) -> tuple[Any, list[Any]]:
-    """Lower with the stock partitioner; Arm partitions are captured after the fold pass."""
+    """Lower with the stock partitioner; Arm partitions are captured after the fold pass. Cortex-M
+    has no partitioner: its passes rewrite the whole program."""
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
+    if variant.startswith("cm"):
+        from qflow.targets.cortex_m import pipeline as cortex_m
+
+        given, program = cortex_m.lower(ep, inputs)
+        return CortexMProgram(program, given), []
     if variant.startswith("xnn"):
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
@@ -239,11 +264,18 @@ def lower(variant: str, ep: Any, inputs: Inputs) -> tuple[Any, list[Any]]:
 
 
 def n_delegates(edge: Any) -> int:
+    """Delegate calls; for Cortex-M, the quantized `cortex_m` kernels the passes emitted."""
+    if isinstance(edge, CortexMProgram):
+        return sum(1 for n in edge.program.graph.nodes if "cortex_m.quantized_" in str(n.target))
     gm = edge.exported_program().graph_module
     return sum(1 for n in gm.graph.nodes if n.op == "call_function" and "call_delegate" in str(n.target))
 
 
 def run_backend(variant: str, edge: Any, inputs: Inputs) -> list[torch.Tensor]:
+    if isinstance(edge, CortexMProgram):  # the Cortex-M dialect's reference kernels
+        from qflow.targets.cortex_m import pipeline as cortex_m
+
+        return cortex_m.run(edge.program, inputs)
     if variant.startswith("xnn"):
         from executorch.runtime import Runtime
 
@@ -553,6 +585,7 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
     samples = sample_inputs(spec, N_CALIB, seed=index)
     tests = samples[:N_TEST] + [spanning_input(samples, seed=index)]
     model = SpecModel(spec).eval().requires_grad_(False)  # an inference program (no autograd in the runtime)
+    model, samples, tests = _layout(variant, model, samples, tests)
     sink: dict[str, Any] = {}
     # quantize (a failure here is not the backend's: the case is invalid)
     try:
@@ -605,6 +638,8 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
         stage("qflow_lowered")
         # (the TOSA payload keeps some weights as bare codes: their scales are the PT2E program's)
         ref = {"target": target, "reference": exported} if target == "arm-tosa" else {}
+        if isinstance(edge, CortexMProgram):
+            ref, edge = {"target": target, "reference": edge.given}, edge.program
         _qflow(rec, "lowered", lambda: analyze(edge, **ref))
     # repair
     if repair and pre is not None and not pre.proved:
@@ -629,7 +664,8 @@ def reanalyze(rec: dict[str, Any]) -> dict[str, Any]:
     rng = random.Random(index * 7919 + 17)
     samples = sample_inputs(spec, N_CALIB, seed=index)
     sink: dict[str, Any] = {}
-    prepared = prepare_pt2e(export_module(SpecModel(spec).eval(), samples[0]), make_quantizer(variant, rng, sink))
+    model, samples, _ = _layout(variant, SpecModel(spec).eval(), samples, [])
+    prepared = prepare_pt2e(export_module(model, samples[0]), make_quantizer(variant, rng, sink))
     with torch.no_grad():
         for x in samples:
             prepared(*x)
@@ -642,6 +678,21 @@ def reanalyze(rec: dict[str, Any]) -> dict[str, Any]:
     out["verdict"] = out["qflow"]["pre"]["verdict"]
     out["qflow_rev_pre"] = qflow_revision()
     return out
+
+
+def _layout(
+    variant: str, model: torch.nn.Module, samples: list[Inputs], tests: list[Inputs]
+) -> tuple[torch.nn.Module, list[Inputs], list[Inputs]]:
+    """Cortex-M quantizes only channels-last (NHWC) convolutions, CMSIS-NN's layout: its model and
+    4-d inputs are made channels-last (the same values), as the backend's own tests do."""
+    if not variant.startswith("cm"):
+        return model, samples, tests
+    from qflow.targets.cortex_m.pipeline import channels_last
+
+    for t in [*model.parameters(), *model.buffers()]:  # (SpecModel has an `_apply` of its own: no .to())
+        if t.dim() == 4:
+            t.data = t.data.contiguous(memory_format=torch.channels_last)
+    return model, [channels_last(x) for x in samples], [channels_last(x) for x in tests]
 
 
 def _as_list(out: Any) -> list[torch.Tensor]:
@@ -667,7 +718,7 @@ def _lower_and_run(
         rec[prefix + "error"] = _err(e)
         return None
     rec[prefix + "delegates"] = n_delegates(edge)
-    if rec[prefix + "delegates"] == 0:
+    if rec[prefix + "delegates"] == 0 and not isinstance(edge, CortexMProgram):  # (Cortex-M: views run on codes)
         rec[prefix + "outcome"] = "not-delegated"
         return edge, partitions
     stage(where + "run")

@@ -13,6 +13,8 @@ realises them, by the arithmetic of the Cortex-M dialect's reference kernels
   add's alpha (−alpha for a sub, also a `quantized_add`) multiplies the second ratio and is read
   from the program before the passes (`reference=`);
 * `quantized_mul`: ratio_out = s_a · s_b / s_out;
+* `quantized_activation`: a 256-entry LUT that must tabulate the activation the node replaced
+  (`original_aten`) from the input's domain into the output's, entry by entry;
 * `quantized_batch_matmul`: offsets are negated zero points; ratio_out = s_lhs · s_rhs / s_out;
 * `quantized_linear`: offsets are negated zero points (input, filter) and the output zero point;
   ratio = s_in · s_w / s_out; the bias (on MVE folded into `kernel_sum` with input_offset · Σw)
@@ -435,6 +437,43 @@ def _mul(k: _Kernel) -> None:
     k.ratio_is("output_multiplier/shift", ratio(k.arg(5), k.arg(6)), _scale(a) * _scale(b) / _scale(k.out))
 
 
+#: The functions `quantized_activation`'s LUT may tabulate (AtenToCortexMPass), in double precision.
+_LUT_FUNCTIONS: dict[str, Any] = {
+    "sigmoid": torch.sigmoid, "tanh": torch.tanh, "silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+    "log": torch.log, "log2": torch.log2, "log10": torch.log10, "log1p": torch.log1p, "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt,
+}  # fmt: skip
+
+
+def _activation(k: _Kernel) -> None:
+    """A 256-entry LUT indexed by the input code + 128: entry q must be the activation of q read in the
+    input's declared domain, quantized into the output's (round half away from zero, clamped; a pole
+    to the rail). Entries whose real input lies outside the function's domain (log, sqrt of a
+    negative) are not checked: the fake-quantized program has no number there either."""
+    d = k.reads(0, 0)
+    k.value()
+    original = k.node.meta.get("original_aten")
+    fn = _LUT_FUNCTIONS.get(base_name(str(original))) if original is not None else None
+    lut = k.consts.tensor(k.arg(1)) if isinstance(k.arg(1), fx.Node) else None
+    if d is None or k.out is None or fn is None or lut is None or d.per_channel or k.out.per_channel:
+        return k.unproven("a LUT whose function or domains the program after the passes does not record")
+    codes = torch.arange(-128, 128, dtype=torch.float64)
+    with torch.no_grad():
+        y = fn((codes - int(d.zero_point)) * float(d.scale))  # type: ignore[arg-type]
+    scaled = y / float(k.out.scale) + int(k.out.zero_point)  # type: ignore[arg-type]
+    want = (torch.sign(scaled) * torch.floor(scaled.abs() + 0.5)).nan_to_num(posinf=127, neginf=-128)
+    want = want.clamp(k.out.qmin, k.out.qmax)
+    got = lut.flatten().to(torch.float64)
+    tie = ((scaled.abs() - scaled.abs().floor()) - 0.5).abs() < 1e-6  # (float error may round either way)
+    bad = ~scaled.isnan() & (got != want) & ~(tie & ((got - want).abs() <= 1))
+    name = base_name(str(original))
+    if not bad.any():
+        return k.check("LUT", True, f"tabulates {name} from {d} into {k.out}")
+    q = int(bad.nonzero()[0])
+    k.check("LUT", False, f"{int(bad.sum())} of 256 entries are not {name} from {d} into {k.out} (code {q - 128}: "
+            f"the LUT gives {int(got[q])}, the domains need {int(want[q])})")  # fmt: skip
+
+
 def _batch_matmul(k: _Kernel) -> None:
     """lhs @ rhs of codes offset by the negated zero points, requantized by s_lhs · s_rhs / s_out; the
     rhs is read transposed (a `cortex_m.transpose` of it, or a constant the passes transposed)."""
@@ -659,6 +698,7 @@ _READERS = {
     "quantized_add": _add,
     "quantized_mul": _mul,
     "quantized_batch_matmul": _batch_matmul,
+    "quantized_activation": _activation,
     "quantized_linear": _linear,
     "quantized_conv2d": _conv2d,
     "quantized_avg_pool2d": _avg_pool2d,
