@@ -19,6 +19,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 import qflow
 from qflow.ir.fx_nodes import target_name
+from qflow.targets.cortex_m import pipeline as cortex_m
 
 
 class CNN(nn.Module):
@@ -379,3 +380,36 @@ def test_a_lut_that_is_not_its_activation_in_the_declared_domains_is_an_error(lu
     report = qflow.analyze(broken, target="cortex-m", reference=reference)
     assert [(f.kind, f.node) for f in report.errors] == [("kernel-argument-mismatch", node.name)], str(report)
     assert "LUT" in report.errors[0].message
+
+
+class SharedLinear(nn.Module):
+    """A hardtanh after a linear that has another user: ActivationFusionPass does not fuse it, and
+    QuantizedClampActivationPass skips it (its input is not int8 yet when it runs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.fc(x)
+        return nn.functional.hardtanh(y, 0.0, 0.5), torch.sigmoid(y)
+
+
+@torch.no_grad()
+def test_an_unfused_activation_after_a_kernel_clamps_codes_to_its_real_bounds() -> None:
+    """Stock CortexMQuantizer, ExecuTorch 1.5.1: the hardtanh runs on the linear's codes with its bounds
+    0 and 0.5 as written — every output wrong on the reference kernels; qflow says so before the passes
+    and after them, at the hardtanh (the sigmoid's LUT output is right, and proved)."""
+    torch.manual_seed(0)
+    samples = [(torch.randn(4, 8),) for _ in range(3)]
+    converted = cortex_m.quantize(SharedLinear().eval(), samples)
+    given, program = cortex_m.lower(converted, samples[0])
+    for x in samples:
+        (want_ht, want_sig), (got_ht, got_sig) = converted(*x), cortex_m.run(program, x)
+        assert float((got_ht - want_ht).abs().max()) > 0.5  # measured: 1.0, the whole output range twice
+        assert torch.equal(got_sig, want_sig)
+    for form in (torch.export.export(converted, samples[0]), program):
+        report = qflow.analyze(form, target="cortex-m", reference=given if form is program else None)
+        [error] = report.errors
+        assert error.kind == "real-constant-on-codes" and "hardtanh" in error.node, str(report)
+        assert "[0, 0.5] as written" in error.message

@@ -279,14 +279,18 @@ KINDS: dict[str, Kind] = {
         Kind(
             "real-constant-on-codes",
             "error",
-            "an op the target runs on integer codes compares them with a constant in real units",
-            "The backend folds the dequantize before a comparison into it but has no kernel for it: the "
-            "portable kernel compares the integer codes with the threshold as written (a real number), or "
-            "codes of two different domains with each other, so the mask differs from the program's on the "
-            "codes the finding names (measured: the Cortex-M passes on `torch.where(x > 0, x, y)` with the "
-            "stock CortexMQuantizer, 122 output LSB; tests/contracts/).",
-            "Keep the comparison in float (leave it out of the quantizer's annotation, or compare a tensor "
-            "the program does not quantize), or use a threshold that is exact in codes (0 with zero point 0).",
+            "an op the target runs on integer codes uses a constant in real units",
+            "The backend folds the dequantize before an op into it but neither lowers it to a kernel nor "
+            "rewrites its constants into codes: the portable kernel compares the integer codes with a "
+            "threshold as written (a real number), or codes of two different domains with each other, or "
+            "clamps them to an activation's real bounds. The finding names the codes where the result "
+            "differs (measured, stock CortexMQuantizer, ExecuTorch 1.5.1: `where(x > 0, x, y)` 122 output "
+            "LSB, tests/contracts/; a hardtanh after a linear that has another user, so "
+            "ActivationFusionPass does not fuse it and QuantizedClampActivationPass skips it as its input "
+            "is not int8 yet: every code off, tests/test_cortex_m.py).",
+            "Keep the op in float (leave it out of the quantizer's annotation), or make it fuse: an "
+            "activation whose bounds span its output's code range and whose producer has no other user; "
+            "a threshold that is exact in codes (0 with zero point 0).",
         ),
         Kind(
             "tosa-artifact-mismatch",

@@ -163,6 +163,8 @@ def read_node(dg: DomainGraph, node: fx.Node, consts: Consts, reference: Referen
     if name.startswith("cortex_m.") and op == "minimum" and any(_hardswish_clamp_of(u) is node for u in node.users):
         _hardswish_clamp(_Kernel(dg, node, consts, reference))
         return True
+    if op in _CLAMPS and not name.startswith("cortex_m."):
+        _activation_left_on_codes(dg, node, op)  # (an obligation; the node is read as usual)
     if op == "clamp" and node.meta.get("output_qparams"):
         _clamp(_Kernel(dg, node, consts, reference))
         return True
@@ -196,6 +198,98 @@ def _node_value(node: fx.Node, d: Definition, cls: OpClass = OpClass.COMPUTE) ->
     dt = dtype_name(val.dtype) if isinstance(val, torch.Tensor) else None
     where = {"stack_trace": node.meta.get("stack_trace"), "module_path": module_path(node)}
     return Value(node.name, target_name(node), cls, d, dtype=dt, numel=numel_of(val), **where)
+
+
+#: Activations QuantizedClampActivationPass rewrites into an `aten.clamp` with bounds in codes.
+_CLAMPS = {"relu", "relu_", "hardtanh", "hardtanh_", "clamp", "clamp_"}
+#: The producers ActivationFusionPass fuses an activation into. It fuses only when the activation's
+#: bounds span the output's whole code range and the producer has no other user; and
+#: QuantizedClampActivationPass rewrites only an activation whose input is int8 already (a quantize):
+#: after one of these an activation it did not fuse stays as written, bounds in real units, on codes.
+_FUSES_INTO = {"linear", "conv2d", "convolution", "add", "sub"}
+
+
+def _real_bounds(node: fx.Node, op: str) -> tuple[float | None, float | None] | None:
+    """The activation's bounds in real units, as written (None: not constants)."""
+    if op.startswith("relu"):
+        return 0.0, None
+    args = [*node.args[1:3]]
+    if op.startswith("hardtanh"):
+        args += [-1.0, 1.0][len(args) :]
+    else:
+        args += [node.kwargs.get("min"), node.kwargs.get("max")][len(args) :]
+    lo, hi = args[:2]
+    if not all(b is None or isinstance(b, (int, float)) for b in (lo, hi)):
+        return None
+    return (None if lo is None else float(lo)), (None if hi is None else float(hi))
+
+
+def _marked(node: fx.Node) -> bool:
+    info = (node.meta.get("custom") or {}).get("_arm_annotation_info") or {}
+    return bool(info.get("quantized"))
+
+
+def _left_as_written(node: fx.Node, op: str) -> tuple[Domain, Domain] | None:
+    """(input, output) domains of an activation the passes leave on codes with its bounds in real
+    units: after them, a relu / hardtanh (never rewritten: that makes a clamp) that was folded; before
+    them, a marked one after a quantized producer it will not be fused into."""
+    qin, qout = node.meta.get("input_qparams") or {}, node.meta.get("output_qparams") or {}
+    if qin:
+        if op.startswith("clamp") or 0 not in qin or 0 not in qout:
+            return None
+        return quant_args_domain(qin[0], node), quant_args_domain(qout[0], node)
+    dq = node.args[0] if node.args else None
+    if not (_marked(node) and isinstance(dq, fx.Node) and "dequantize_per_tensor" in target_name(dq)):
+        return None
+    q = dq.args[0]
+    producer = q.args[0] if isinstance(q, fx.Node) and q.args else None
+    if not (isinstance(producer, fx.Node) and _marked(producer) and base_name(target_name(producer)) in _FUSES_INTO):
+        return None
+    users = [u for u in node.users if "quantize_per_tensor" in target_name(u)]
+    if len(users) != 1 or len(users[0].args) < 6 or (d_in := _read_as(dq, dq)) is None:
+        return None
+    scale, zp, qmin, qmax, dtype = users[0].args[1:6]
+    d_out = Domain.quantized(dtype_name(dtype), float(scale), int(zp), int(qmin), int(qmax))  # type: ignore[arg-type]
+    bounds = _real_bounds(node, op)
+    readers = sum(len(d.users) for d in q.users)
+    if bounds is not None and readers == 1 and _fuses(bounds, d_out):
+        return None  # (ActivationFusionPass narrows the producer's output instead)
+    return d_in, d_out
+
+
+def _fuses(bounds: tuple[float | None, float | None], d: Domain) -> bool:
+    """Do the bounds span the domain's whole code range (ActivationFusionPass's precondition)?"""
+    s, z = float(d.scale), int(d.zero_point)  # type: ignore[arg-type]
+    lo, hi = bounds
+    code = lambda v: max(d.qmin, min(d.qmax, math.floor(v / s + 0.5) + z))  # noqa: E731
+    return (lo is None or code(lo) == d.qmin) and (hi is None or code(hi) == d.qmax)
+
+
+def _activation_left_on_codes(dg: DomainGraph, node: fx.Node, op: str) -> None:
+    """An activation the portable kernel runs on codes with its bounds as written: its output must
+    be, code by code, the activation of the input's reals quantized into the output's domain."""
+    found = _left_as_written(node, op)
+    bounds = _real_bounds(node, op)
+    if found is None or bounds is None:
+        return
+    d_in, d_out = found
+    codes = torch.arange(d_in.qmin, d_in.qmax + 1, dtype=torch.float64)
+    lo, hi = bounds
+    got = codes.clamp(lo, hi).trunc()  # (the portable kernel's clamp of int8 codes by the bounds)
+    real = ((codes - int(d_in.zero_point)) * float(d_in.scale)).clamp(lo, hi)  # type: ignore[arg-type]
+    scaled = real / float(d_out.scale) + int(d_out.zero_point)  # type: ignore[arg-type]
+    want = (torch.sign(scaled) * torch.floor(scaled.abs() + 0.5)).clamp(d_out.qmin, d_out.qmax)
+    bad = (got - want).abs() > 0
+    shown = f"[{'' if lo is None else f'{lo:g}'}, {'' if hi is None else f'{hi:g}'}]"
+    detail = f"{node.name} ({op}) runs on codes of {d_in} with its bounds {shown} as written (not fused, not rewritten)"
+    if bad.any():
+        i = int(bad.nonzero()[0])
+        detail += (f": its output differs from the activation in {d_out} on {int(bad.sum())} of {len(codes)} codes "
+                   f"(code {int(codes[i])} gives {int(got[i])}, the domains need {int(want[i])})")  # fmt: skip
+    dg.oblige(
+        Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind="real-constant-on-codes",
+                   holds=not bad.any(), arg=op, detail=detail + ".")
+    )  # fmt: skip
 
 
 #: Comparisons, as the portable kernels compute them.
