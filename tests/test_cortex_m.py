@@ -53,8 +53,8 @@ class DepthwisePool(nn.Module):
         return self.pool(torch.relu(self.dw(x))).mean((2, 3))
 
 
-def _lower(model: nn.Module):
-    """(the converted PT2E program, the program after CortexMPassManager for an M55)."""
+def _lower(model: nn.Module, cpu: CortexM = CortexM.M55):
+    """(the converted PT2E program, the program after CortexMPassManager for `cpu`)."""
     torch.manual_seed(0)
     # (channels last: CortexMQuantizer quantizes only NHWC convolutions, CMSIS-NN's layout)
     model = model.eval().to(memory_format=torch.channels_last)
@@ -63,7 +63,7 @@ def _lower(model: nn.Module):
     prepared(*calibration)
     exported = torch.export.export(convert_pt2e(prepared), calibration)
     edge = to_edge(exported, compile_config=cortex_m_edge_compile_config())
-    passes = CortexMPassManager(edge.exported_program(), target_config=CortexMTargetConfig(cpu=CortexM.M55))
+    passes = CortexMPassManager(edge.exported_program(), target_config=CortexMTargetConfig(cpu=cpu))
     return exported, passes.transform()
 
 
@@ -413,3 +413,32 @@ def test_an_unfused_activation_after_a_kernel_clamps_codes_to_its_real_bounds() 
         [error] = report.errors
         assert error.kind == "real-constant-on-codes" and "hardtanh" in error.node, str(report)
         assert "[0, 0.5] as written" in error.message
+
+
+@pytest.fixture(scope="module")
+def dsp_pipeline():
+    return _lower(CNN(), CortexM.M4)
+
+
+@torch.no_grad()
+def test_on_a_dsp_core_the_linear_reads_its_bias_and_its_mutants_are_flagged(dsp_pipeline) -> None:
+    """M4 (DSP; scalar cores the same): CMSIS-NN's linear reads its bias and offsets at run time, no
+    kernel_sum. The program proves against the one it came from; every folded integer that moves codes
+    is flagged at its kernel; and the bias dropped (ExecuTorch PR #19676's bug on DSP / scalar builds)
+    moves the output and is an error at the linear."""
+    reference, program = dsp_pipeline
+    [linear] = [n for n in program.graph.nodes if "quantized_linear" in str(n.target)]
+    assert linear.args[3] is None and linear.args[2] is not None  # (bias, no kernel_sum)
+    assert qflow.analyze(program, target="cortex-m", reference=reference).status == "proved"
+    moved, errors, missed, false_alarms = _mutation_outcomes(program)
+    assert not missed and not false_alarms, (missed, false_alarms)
+    # measured 2026-11-25: 31 move codes, 26 errors (one more than on M55: the input_offset the DSP linear
+    # reads); the other 5 are unproven as on M55 (four activation_min bounds, the add's other_shift)
+    assert (len(moved), len(errors)) == (31, 26), (sorted(set(moved) - set(errors)), len(moved), len(errors))
+    broken = copy.deepcopy(program)
+    node = next(n for n in broken.graph.nodes if n.name == linear.name)
+    node.args = (*node.args[:2], None, *node.args[3:])
+    broken.graph_module.recompile()
+    assert max(float((broken.module()(*x) - program.module()(*x)).abs().max()) for x in _inputs()) > 0.01
+    report = qflow.analyze(broken, target="cortex-m", reference=reference)
+    assert [(f.kind, f.node) for f in report.errors] == [("kernel-argument-mismatch", linear.name)], str(report)

@@ -714,7 +714,8 @@ def _bias(k: _Kernel, x: Domain | None, w: Domain | None, kernel_sum: Any) -> No
         want = want + io * rows.sum(dim=1) + io * fo * rows.shape[1]
         got, what = k.consts.tensor(kernel_sum), "kernel_sum"
     else:
-        got, what = (k.consts.tensor(k.arg(2)) if isinstance(k.arg(2), fx.Node) else None), "bias"
+        bias, what = k.arg(2), "bias"
+        got = zeros if bias is None else k.consts.tensor(bias) if isinstance(bias, fx.Node) else None
     if got is None:
         return k.unproven(f"its {what} is not a constant qflow can read", needs_reference=False)
     got = got.to(torch.int64).reshape(-1)
