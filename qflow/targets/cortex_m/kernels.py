@@ -25,6 +25,9 @@ realises them, by the arithmetic of the Cortex-M dialect's reference kernels
   domain is s_in · s_w[c] with zero point 0;
 * `quantized_depthwise_conv2d`: as `quantized_conv2d` (IHWO weights, depth_multiplier before the
   offsets);
+* `quantized_transpose_conv2d`: as `quantized_conv2d`;
+* `quantized_div`: plain zero points, output_scale = s_a / (s_b · s_out); a divisor at real 0 gives the
+  output zero point where the program saturates (unproven);
 * `quantized_max_pool2d`: the max of codes, in the input's domain (zero points in and out);
 * `quantized_avg_pool2d`: the codes' domain is kept (its zero point and multiplier / shift
   dequantize and requantize with themselves: a mutated one moves codes by at most one, measured);
@@ -740,6 +743,25 @@ def _depthwise_conv2d(k: _Kernel) -> None:
     _conv2d(k, at=7)
 
 
+def _transpose_conv2d(k: _Kernel) -> None:
+    """As `quantized_conv2d` (OHWI weights; stride, padding, output_padding, dilation before the offsets)."""
+    _conv2d(k, at=7)
+
+
+def _div(k: _Kernel) -> None:
+    """(a − zp_a) / (b − zp_b) in float, times output_scale = s_a / (s_b · s_out), plus the output zero
+    point. A divisor code at its zero point (real 0) gives the output zero point, where the program's
+    quantize of ±inf gives a rail: unproven, unless that code cannot occur (not known here)."""
+    a, b = k.reads(0, 0), k.reads(2, 1)
+    k.value()
+    k.zero_point("self_zero_point", k.arg(1), a)
+    k.zero_point("other_zero_point", k.arg(3), b)
+    k.zero_point("output_zero_point", k.arg(4), k.out)
+    k.ratio_is("output_scale", float(k.arg(5)), _scale(a) / (_scale(b) * _scale(k.out)))
+    k.unproven(f"a divisor code {'at its zero point' if b is None else b.zero_point} (real 0) gives the output "
+               "zero point, the program a rail (±inf quantized)", needs_reference=False)  # fmt: skip
+
+
 def _max_pool2d(k: _Kernel) -> None:
     """The max of codes: the kernel neither rescales nor moves a zero point (it refuses different
     input and output zero points), so the output is the input's codes in the input's domain."""
@@ -794,6 +816,8 @@ _READERS = {
     "quantized_mul": _mul,
     "quantized_batch_matmul": _batch_matmul,
     "quantized_activation": _activation,
+    "quantized_transpose_conv2d": _transpose_conv2d,
+    "quantized_div": _div,
     "quantized_linear": _linear,
     "quantized_conv2d": _conv2d,
     "quantized_avg_pool2d": _avg_pool2d,
