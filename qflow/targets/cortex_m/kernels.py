@@ -205,11 +205,17 @@ def _node_value(node: fx.Node, d: Definition, cls: OpClass = OpClass.COMPUTE) ->
 
 #: Activations QuantizedClampActivationPass rewrites into an `aten.clamp` with bounds in codes.
 _CLAMPS = {"relu", "relu_", "hardtanh", "hardtanh_", "clamp", "clamp_"}
-#: The producers ActivationFusionPass fuses an activation into. It fuses only when the activation's
-#: bounds span the output's whole code range and the producer has no other user; and
-#: QuantizedClampActivationPass rewrites only an activation whose input is int8 already (a quantize):
-#: after one of these an activation it did not fuse stays as written, bounds in real units, on codes.
-_FUSES_INTO = {"linear", "conv2d", "convolution", "add", "sub"}
+#: Producers whose folded output is not int8 when the activation passes run: a linear with an (int32)
+#: bias promotes the codes' dtype until AtenToCortexMPass makes it a kernel (a convolution keeps its
+#: input's dtype: measured, campaign case 00062-cm). ActivationFusionPass
+#: fuses an activation into one only when its bounds span the output's whole code range and the
+#: producer has no other user; QuantizedClampActivationPass rewrites only an activation whose input is
+#: int8: after one of these an activation it did not fuse stays as written, bounds in real units, on
+#: codes (after an add / sub / mul / conv / quantize it becomes a clamp on codes, measured).
+_PROMOTES = {"linear"}
+#: Ops whose output on int8 codes is float until AtenToCortexMPass makes them kernels (the LUT
+#: activations, a true division): an activation after them is not rewritten either (00022-cm).
+_TO_FLOAT = {"sigmoid", "tanh", "silu", "gelu", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "div"}
 
 
 def _real_bounds(node: fx.Node, op: str) -> tuple[float | None, float | None] | None:
@@ -245,19 +251,53 @@ def _left_as_written(node: fx.Node, op: str) -> tuple[Domain, Domain] | None:
     if not (_marked(node) and isinstance(dq, fx.Node) and "dequantize_per_tensor" in target_name(dq)):
         return None
     q = dq.args[0]
-    producer = q.args[0] if isinstance(q, fx.Node) and q.args else None
-    if not (isinstance(producer, fx.Node) and _marked(producer) and base_name(target_name(producer)) in _FUSES_INTO):
-        return None
+    producer = _producer(dq)
+    if producer is None or not _promoted(producer):
+        return None  # (int8 codes: rewritten into a clamp on codes)
     users = [u for u in node.users if "quantize_per_tensor" in target_name(u)]
-    if len(users) != 1 or len(users[0].args) < 6 or (d_in := _read_as(dq, dq)) is None:
+    d_out = _read_as_quantized(node)
+    if len(users) != 1 or (d_in := _read_as(dq, dq)) is None or d_out is None:
         return None
-    scale, zp, qmin, qmax, dtype = users[0].args[1:6]
-    d_out = Domain.quantized(dtype_name(dtype), float(scale), int(zp), int(qmin), int(qmax))  # type: ignore[arg-type]
     bounds = _real_bounds(node, op)
     readers = sum(len(d.users) for d in q.users)
-    if bounds is not None and readers == 1 and _fuses(bounds, d_out):
+    fusable = base_name(target_name(producer)) in _PROMOTES and readers == 1
+    if bounds is not None and fusable and _fuses(bounds, d_out):
         return None  # (ActivationFusionPass narrows the producer's output instead)
     return d_in, d_out
+
+
+def _producer(dq: fx.Node) -> fx.Node | None:
+    """The op whose codes a dequantize reads (through its quantize), once the fold removes both."""
+    q = dq.args[0] if "dequantize_per_tensor" in target_name(dq) and dq.args else None
+    p = q.args[0] if isinstance(q, fx.Node) and "quantize_per_tensor" in target_name(q) and q.args else None
+    return p if isinstance(p, fx.Node) and p.op == "call_function" else None
+
+
+def _promoted(node: fx.Node) -> bool:
+    """Is `node`'s folded output not int8 when the activation passes run: a linear with a bias, a LUT
+    activation, or pass-through ops (stack, view, ...) and unrewritten activations of one, which keep
+    its dtype (measured: 00066-cm, 00088-cm)."""
+    seen: set[fx.Node] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if n in seen or not _marked(n):
+            continue
+        seen.add(n)
+        op = base_name(target_name(n))
+        if (op in _PROMOTES and len(n.args) > 2 and n.args[2] is not None) or op in _TO_FLOAT:
+            return True
+        if op in _CLAMPS and not op.startswith("relu") and _float_bounds(n, op):
+            return True  # (int8 codes clamped by a float scalar are float to the pass: 00088-cm)
+        if classify(op) in (OpClass.PASSTHROUGH, OpClass.ACTIVATION):
+            todo += [p for a in n.all_input_nodes if (p := _producer(a)) is not None]
+    return False
+
+
+def _float_bounds(node: fx.Node, op: str) -> bool:
+    """Are the activation's bounds written as floats (a hardtanh's always are)?"""
+    given = [*node.args[1:3], *(node.kwargs.get(k) for k in ("min", "max", "min_val", "max_val"))]
+    return op.startswith("hardtanh") or any(isinstance(b, float) for b in given)
 
 
 def _fuses(bounds: tuple[float | None, float | None], d: Domain) -> bool:
@@ -268,6 +308,35 @@ def _fuses(bounds: tuple[float | None, float | None], d: Domain) -> bool:
     return (lo is None or code(lo) == d.qmin) and (hi is None or code(hi) == d.qmax)
 
 
+def _reachable_codes(node: fx.Node, d: Domain) -> tuple[int, int]:
+    """The codes of `d` the activation's input can hold: all of them, or, when a clamp-like activation
+    upstream (through pass-through ops, in the same domain) bounds them, its bounds' codes (campaign
+    cases 00056-cm, 00095-cm-custom: a clamp after a clamp that already holds its codes in range)."""
+    s, z = float(d.scale), int(d.zero_point)  # type: ignore[arg-type]
+    code = lambda v: max(d.qmin, min(d.qmax, math.floor(v / s + 0.5) + z))  # noqa: E731
+    dq = node.args[0] if node.args else None
+    p = _producer(dq) if isinstance(dq, fx.Node) else None
+    while p is not None and _marked(p):
+        op = base_name(target_name(p))
+        if op in _CLAMPS and (bounds := _real_bounds(p, op)) is not None and _read_as_quantized(p) == d:
+            lo, hi = bounds
+            return (d.qmin if lo is None else code(lo)), (d.qmax if hi is None else code(hi))
+        ins = p.all_input_nodes
+        if classify(op) is not OpClass.PASSTHROUGH or len(ins) != 1:
+            break
+        p = _producer(ins[0])
+    return d.qmin, d.qmax
+
+
+def _read_as_quantized(node: fx.Node) -> Domain | None:
+    """The domain of the one quantize reading `node` (None: not exactly one)."""
+    qs = [u for u in node.users if "quantize_per_tensor" in target_name(u) and len(u.args) >= 6]
+    if len(qs) != 1:
+        return None
+    scale, zp, qmin, qmax, dtype = qs[0].args[1:6]
+    return Domain.quantized(dtype_name(dtype), float(scale), int(zp), int(qmin), int(qmax))  # type: ignore[arg-type]
+
+
 def _activation_left_on_codes(dg: DomainGraph, node: fx.Node, op: str) -> None:
     """An activation the portable kernel runs on codes with its bounds as written: its output must
     be, code by code, the activation of the input's reals quantized into the output's domain."""
@@ -276,7 +345,8 @@ def _activation_left_on_codes(dg: DomainGraph, node: fx.Node, op: str) -> None:
     if found is None or bounds is None:
         return
     d_in, d_out = found
-    codes = torch.arange(d_in.qmin, d_in.qmax + 1, dtype=torch.float64)
+    first, last = _reachable_codes(node, d_in)
+    codes = torch.arange(first, last + 1, dtype=torch.float64)
     lo, hi = bounds
     got = codes.clamp(lo, hi).trunc()  # (the portable kernel's clamp of int8 codes by the bounds)
     real = ((codes - int(d_in.zero_point)) * float(d_in.scale)).clamp(lo, hi)  # type: ignore[arg-type]
