@@ -257,9 +257,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         cls = self._op_class(node)  # (UNKNOWN for a call_module)
         dt = getattr(node.meta.get("val"), "dtype", None)
         # (a backend reads its own kernels first: a comparison it runs on codes has a bool output)
-        if cls in (OpClass.UNKNOWN, OpClass.ACTIVATION, OpClass.COMPUTE, OpClass.PASSTHROUGH) and self._backend_reads(
-            node
-        ):
+        readable = cls in (OpClass.UNKNOWN, OpClass.ACTIVATION, OpClass.COMPUTE, OpClass.PASSTHROUGH)
+        if readable and self._backend_reads(node):
             return
         # (_domain_free, with the class at hand)
         free = dt in DOMAIN_FREE_DTYPES and cls is not OpClass.QUANTIZE and cls is not OpClass.DEQUANTIZE

@@ -24,7 +24,7 @@ _CODE_COPY = (
 
 TARGET = Target(
     name="cortex-m",
-    description="ExecuTorch Cortex-M backend (CMSIS-NN kernels), after CortexMPassManager",
+    description="ExecuTorch Cortex-M backend (CMSIS-NN kernels): before CortexMPassManager and what it returns",
     op_rules={op: OpRule.CODE_COPY for op in _CODE_COPY},
     outcome=Outcome.MISCOMPILE,
     # The passes fold (FoldAndAnnotateQParamsPass) only nodes CortexMQuantizer marked quantized; an
