@@ -300,27 +300,28 @@ def _float_bounds(node: fx.Node, op: str) -> bool:
     return op.startswith("hardtanh") or any(isinstance(b, float) for b in given)
 
 
+def _code_of(d: Domain, v: float) -> int:
+    """The code a real number quantizes to in `d` (rounding half up, clamped: quantize_val's)."""
+    return max(d.qmin, min(d.qmax, math.floor(v / float(d.scale) + 0.5) + int(d.zero_point)))  # type: ignore[arg-type]
+
+
 def _fuses(bounds: tuple[float | None, float | None], d: Domain) -> bool:
     """Do the bounds span the domain's whole code range (ActivationFusionPass's precondition)?"""
-    s, z = float(d.scale), int(d.zero_point)  # type: ignore[arg-type]
     lo, hi = bounds
-    code = lambda v: max(d.qmin, min(d.qmax, math.floor(v / s + 0.5) + z))  # noqa: E731
-    return (lo is None or code(lo) == d.qmin) and (hi is None or code(hi) == d.qmax)
+    return (lo is None or _code_of(d, lo) == d.qmin) and (hi is None or _code_of(d, hi) == d.qmax)
 
 
 def _reachable_codes(node: fx.Node, d: Domain) -> tuple[int, int]:
     """The codes of `d` the activation's input can hold: all of them, or, when a clamp-like activation
     upstream (through pass-through ops, in the same domain) bounds them, its bounds' codes (campaign
     cases 00056-cm, 00095-cm-custom: a clamp after a clamp that already holds its codes in range)."""
-    s, z = float(d.scale), int(d.zero_point)  # type: ignore[arg-type]
-    code = lambda v: max(d.qmin, min(d.qmax, math.floor(v / s + 0.5) + z))  # noqa: E731
     dq = node.args[0] if node.args else None
     p = _producer(dq) if isinstance(dq, fx.Node) else None
     while p is not None and _marked(p):
         op = base_name(target_name(p))
         if op in _CLAMPS and (bounds := _real_bounds(p, op)) is not None and _read_as_quantized(p) == d:
             lo, hi = bounds
-            return (d.qmin if lo is None else code(lo)), (d.qmax if hi is None else code(hi))
+            return (d.qmin if lo is None else _code_of(d, lo)), (d.qmax if hi is None else _code_of(d, hi))
         ins = p.all_input_nodes
         if classify(op) is not OpClass.PASSTHROUGH or len(ins) != 1:
             break
@@ -330,10 +331,15 @@ def _reachable_codes(node: fx.Node, d: Domain) -> tuple[int, int]:
 
 def _read_as_quantized(node: fx.Node) -> Domain | None:
     """The domain of the one quantize reading `node` (None: not exactly one)."""
-    qs = [u for u in node.users if "quantize_per_tensor" in target_name(u) and len(u.args) >= 6]
-    if len(qs) != 1:
+    qs = [u for u in node.users if "quantize_per_tensor" in target_name(u) and "dequant" not in target_name(u)]
+    return _qdq_domain(qs[0]) if len(qs) == 1 else None
+
+
+def _qdq_domain(node: fx.Node) -> Domain | None:
+    """The domain a per-tensor quantize / dequantize names in its arguments."""
+    if len(node.args) < 6:
         return None
-    scale, zp, qmin, qmax, dtype = qs[0].args[1:6]
+    scale, zp, qmin, qmax, dtype = node.args[1:6]
     return Domain.quantized(dtype_name(dtype), float(scale), int(zp), int(qmin), int(qmax))  # type: ignore[arg-type]
 
 
@@ -379,8 +385,7 @@ def _codes_read(node: fx.Node, i: int) -> Domain | None:
     if i in qin:
         return quant_args_domain(qin[i], node)
     a = node.args[i] if i < len(node.args) else None
-    info = (node.meta.get("custom") or {}).get("_arm_annotation_info") or {}
-    if isinstance(a, fx.Node) and info.get("quantized") and "dequantize_per_tensor" in target_name(a):
+    if isinstance(a, fx.Node) and _marked(node) and "dequantize_per_tensor" in target_name(a):
         return _read_as(a, a)
     return None
 
@@ -544,10 +549,7 @@ def _read_as(user: fx.Node, node: fx.Node) -> Domain | None:
     """The domain `user` reads `node`'s codes in: a per-tensor dequantize's arguments, a kernel's
     ``input_qparams`` (indexed by tensor argument); None when it does not say."""
     if "dequantize_per_tensor" in target_name(user):
-        if len(user.args) < 6:
-            return None
-        scale, zp, qmin, qmax, dtype = user.args[1:6]
-        return Domain.quantized(dtype_name(dtype), float(scale), int(zp), int(qmin), int(qmax))  # type: ignore[arg-type]
+        return _qdq_domain(user)
     tensors = [a for a in user.args if isinstance(a, fx.Node)]
     qin = user.meta.get("input_qparams") or {}
     if tensors.count(node) != 1 or tensors.index(node) not in qin:
