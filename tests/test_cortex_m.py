@@ -6,6 +6,7 @@ Cortex-M dialect's reference kernels — the measurement the kernel reader answe
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -53,11 +54,12 @@ class DepthwisePool(nn.Module):
         return self.pool(torch.relu(self.dw(x))).mean((2, 3))
 
 
-def _lower(model: nn.Module, cpu: CortexM = CortexM.M55):
-    """(the converted PT2E program, the program after CortexMPassManager for `cpu`)."""
+def _lower(make: Callable[[], nn.Module], cpu: CortexM = CortexM.M55):
+    """(the converted PT2E program, the program after CortexMPassManager for `cpu`) of the model `make`
+    builds, its weights drawn from seed 0 whatever ran before in this process."""
     torch.manual_seed(0)
     # (channels last: CortexMQuantizer quantizes only NHWC convolutions, CMSIS-NN's layout)
-    model = model.eval().to(memory_format=torch.channels_last)
+    model = make().eval().to(memory_format=torch.channels_last)
     calibration = (torch.randn(1, 3, 8, 8).to(memory_format=torch.channels_last),)
     prepared = prepare_pt2e(torch.export.export(model, calibration).module(check_guards=False), CortexMQuantizer())
     prepared(*calibration)
@@ -69,12 +71,12 @@ def _lower(model: nn.Module, cpu: CortexM = CortexM.M55):
 
 @pytest.fixture(scope="module")
 def pipeline():
-    return _lower(CNN())
+    return _lower(CNN)
 
 
 @pytest.fixture(scope="module")
 def depthwise_pool():
-    return _lower(DepthwisePool())
+    return _lower(DepthwisePool)
 
 
 @pytest.fixture(scope="module")
@@ -351,7 +353,7 @@ class Luts(nn.Module):
 
 @pytest.fixture(scope="module")
 def luts():
-    return _lower(Luts())
+    return _lower(Luts)
 
 
 @torch.no_grad()
@@ -415,9 +417,45 @@ def test_an_unfused_activation_after_a_kernel_clamps_codes_to_its_real_bounds() 
         assert "[0, 0.5] as written" in error.message
 
 
+class SubRelu(nn.Module):
+    """sub → relu, annotated together by CortexMQuantizer; `shared`: the relu's output domain is the
+    stack's, whose zero point is above qmin, so ActivationFusionPass declines to fuse it."""
+
+    def __init__(self, shared: bool) -> None:
+        super().__init__()
+        self.shared = shared
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(x - y)
+        return torch.stack([h, z]) if self.shared else h
+
+
+@pytest.mark.parametrize("shared", [True, False])
+@torch.no_grad()
+def test_a_producer_whose_activation_is_not_fused_stays_an_aten_op_on_codes(shared: bool) -> None:
+    """Stock flow, ExecuTorch 1.5.1: unfused, the sub keeps no output_qparams, AtenToCortexMPass skips
+    it and the portable kernel subtracts codes (~100 output LSB off on the reference kernels); qflow
+    says so at the relu before the passes and at the sub after them. Fused, it proves and is exact."""
+    torch.manual_seed(0)
+    samples = [(torch.randn(2, 8), torch.randn(2, 8), 2 * torch.randn(2, 8)) for _ in range(4)]
+    converted = cortex_m.quantize(SubRelu(shared).eval(), samples)
+    given, program = cortex_m.lower(converted, samples[0])
+    step = [n for n in given.graph.nodes if "dequantize" in target_name(n)][-1].args[1]
+    worst = max(float((cortex_m.run(program, x)[0] - converted(*x)).abs().max()) / step for x in samples)
+    pre = qflow.analyze(torch.export.export(converted, samples[0]), target="cortex-m")
+    post = qflow.analyze(program, target="cortex-m", reference=given)
+    if not shared:
+        assert worst == 0 and pre.proved and post.proved, (worst, str(pre), str(post))
+        return
+    assert worst > 50  # measured: 102
+    assert [(f.kind, "relu" in f.node) for f in pre.errors] == [("non-fuseable-activation", True)], str(pre)
+    assert "stays an aten sub on int8 codes" in pre.errors[0].message
+    assert ("domain-mismatch", "aten_sub_tensor") in [(f.kind, f.node) for f in post.errors], str(post)
+
+
 @pytest.fixture(scope="module")
 def dsp_pipeline():
-    return _lower(CNN(), CortexM.M4)
+    return _lower(CNN, CortexM.M4)
 
 
 @torch.no_grad()
@@ -457,7 +495,7 @@ class TransposeDiv(nn.Module):
 
 
 def test_transpose_conv_and_div_kernels_are_read_and_their_mutants_flagged() -> None:
-    reference, program = _lower(TransposeDiv())
+    reference, program = _lower(TransposeDiv)
     kernels = {target_name(n).split(".")[1] for n in program.graph.nodes if target_name(n).startswith("cortex_m.")}
     assert {"quantized_transpose_conv2d", "quantized_div"} <= kernels, kernels
     report = qflow.analyze(program, target="cortex-m", reference=reference)

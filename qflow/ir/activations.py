@@ -167,7 +167,7 @@ def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str, target: Target
     members = [registry.get(m) for m in target.members] or [target]
     narrowing = [t.name for t in members if would_fuse(t.fusion, name, q, lo, hi) and t.fusion is Fusion.NARROW_QMIN]
     clamping = [t.name for t in members if t.fusion is Fusion.CODE_CLAMP]
-    fused = bool(narrowing)
+    miscomputes = bool(narrowing)
     clo, chi = code(q, lo, -math.inf), code(q, hi, math.inf)
     lo_s = "-inf" if lo is None else f"{lo:g}"
     hi_s = "inf" if hi is None else f"{hi:g}"
@@ -176,7 +176,7 @@ def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str, target: Target
         f"{q} (zp={q.zero_point}, qmin={q.qmin}, qmax={q.qmax}) the bounds cut inside the code range"
     )
     elsewhere = f" ({', '.join(clamping)} clamps in code space: exact there)" if clamping else ""
-    if fused:
+    if narrowing:
         detail = (
             f"{numbers}, so it is not fuseable. On {', '.join(narrowing)} it is fused anyway by narrowing "
             f"qmin to {q.zero_point} (ExecuTorch Arm FuseQuantizedActivationPass); nothing enforces the "
@@ -189,6 +189,7 @@ def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str, target: Target
             f"{numbers}, so it is not fuseable and stays an explicit clamp, leaving {prod.name} without an "
             f"output domain of its own: {left_without_domain(prod, node.name, target)}."
         )
+        miscomputes = any(t.unfused_producer is not None for t in members)
     dg.oblige(
         Obligation(
             kind=ObligationKind.STRUCTURAL,
@@ -197,9 +198,9 @@ def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str, target: Target
             expected=q,
             finding_kind="non-fuseable-activation",
             edge=(node.name, q_name),
-            holds=not fused,
-            inform=not fused,
-            severity=None if fused else "warning",
+            holds=not miscomputes,
+            inform=not miscomputes,
+            severity=None if miscomputes else "warning",
             detail=detail,
             fix_domain=fuseable_domain(name, q, lo, hi),
             targets=tuple(narrowing) if target.members else (),

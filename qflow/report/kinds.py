@@ -129,7 +129,10 @@ KINDS: dict[str, Kind] = {
             "hardtanh(0, x) / nn.ReLU6 whenever x reaches the top of the domain. Severity warning: the "
             "installed pass does not fuse it, so it stays an explicit clamp, but the producer is left without "
             "an output domain of its own (seed 001's shape: the message says what the installed backend does "
-            "with that, e.g. 1.5.1 fails on a linear producer).",
+            "with that, e.g. 1.5.1 fails on a linear producer). An error on cortex-m: CortexMQuantizer "
+            "annotates add / sub / conv / linear with the activation, ActivationFusionPass declines it, and "
+            "the producer stays an aten op on the codes (measured: sub → relu into a stack's domain, ~100 "
+            "output LSB on the reference kernels).",
             "Give the activation its own domain with zero_point == qmin (and, for a bounded activation, "
             "its upper bound on qmax) and requantize into the shared domain after it: qflow.repair does.",
         ),

@@ -60,6 +60,11 @@ class Target:
     fusion: Fusion = Fusion.EXACT_ONLY
     #: Producers an activation fuses into.
     fusion_producers: frozenset[str] = frozenset({"conv1d", "conv2d", "conv3d", "convolution", "linear"})
+    #: What lowering does with a fusion producer annotated together with an activation it does not
+    #: fuse (no quantize between them, so the producer has no output domain of its own): None, it is
+    #: rescaled into the activation's domain or refused (Arm); else what the program then computes
+    #: (Cortex-M: the producer stays an aten op on the codes).
+    unfused_producer: Outcome | None = None
     #: int16 tensors must have zero point 0 (TOSA).
     int16_zero_point_zero: bool = False
     #: ExecuTorch backend ids whose delegates this target describes.

@@ -27,6 +27,12 @@ TARGET = Target(
     description="ExecuTorch Cortex-M backend (CMSIS-NN kernels): before CortexMPassManager and what it returns",
     op_rules={op: OpRule.CODE_COPY for op in _CODE_COPY},
     outcome=Outcome.MISCOMPILE,
+    # ActivationFusionPass.FUSE_OPS; max_pool2d too, but one left unfused keeps its input's domain.
+    fusion_producers=frozenset({"add", "sub", "linear", "conv1d", "conv2d", "convolution", "conv_transpose2d"}),
+    # An activation CortexMQuantizer annotated with its producer that ActivationFusionPass declines
+    # (its bounds cut into the code range) leaves the producer without output_qparams, and the
+    # passes then leave it an aten op on codes (measured, tests/test_cortex_m.py).
+    unfused_producer=Outcome.MISCOMPILE,
     # The passes fold (FoldAndAnnotateQParamsPass) only nodes CortexMQuantizer marked quantized; an
     # unmarked op stays between a dequantize and a quantize, in float on the portable kernels.
     lowers_only_marked=("_arm_annotation_info", "quantized"),

@@ -7,7 +7,20 @@ from typing import Any
 
 from qflow.targets.cortex_m.kernels import read_node, read_reference
 
-__all__ = ["read_node", "read_partitions", "read_reference"]
+__all__ = ["left_without_domain", "read_node", "read_partitions", "read_reference"]
+
+
+def left_without_domain(producer: str, producer_op: str, activation: str) -> str:
+    """What the passes do with a producer whose output domain only its unfused activation records."""
+    run = (
+        "the portable kernel refuses to multiply the codes by the int8 weights when it runs"
+        if producer_op == "linear"
+        else "it computes on the codes as if they were reals: a silent miscompile"
+    )
+    return (
+        f"ActivationFusionPass does not fuse {activation}, AtenToCortexMPass skips {producer} (no output_qparams), "
+        f"so {producer} stays an aten {producer_op} on int8 codes and {run}"
+    )
 
 
 def read_partitions(read: Any) -> Any:

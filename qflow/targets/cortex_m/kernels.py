@@ -147,7 +147,10 @@ def read_reference(ep: Any) -> Reference:
             if weight is not None:
                 linears.append(Linear(weight, zp, bias))
         elif op in ("add", "sub") and len(n.args) >= 2 and len(n.users) == 1:
-            found = (scale(n.args[0]), scale(n.args[1]), scale(next(iter(n.users))))
+            out = next(iter(n.users))
+            if base_name(target_name(out)) in _CLAMPS and len(out.users) == 1:
+                out = next(iter(out.users))  # (annotated with its activation, which fusion folds in)
+            found = (scale(n.args[0]), scale(n.args[1]), scale(out))
             alpha = n.kwargs.get("alpha", n.args[2] if len(n.args) > 2 else 1)
             if None not in found and isinstance(alpha, int):
                 adds.append(Add(found, -alpha if op == "sub" else alpha))  # type: ignore[arg-type]
@@ -173,7 +176,22 @@ def read_node(dg: DomainGraph, node: fx.Node, consts: Consts, reference: Referen
         return True
     if op in _COMPARISONS and _comparison(dg, node):
         return True
+    if op in _NEEDS_KERNEL and node.meta.get("input_qparams"):
+        _left_on_codes(dg, node, op)  # (an obligation; the node is read as usual)
     return _float_op(dg, node)
+
+
+def _left_on_codes(dg: DomainGraph, node: fx.Node, op: str) -> None:
+    """A folded op the passes did not make a kernel: AtenToCortexMPass skips one without its own
+    output_qparams (an activation annotated with it that ActivationFusionPass declined), and the
+    portable kernel then computes it on the codes as if they were reals (measured: sub → relu into a
+    shared domain, 102 output LSB; a linear's int32 codes are refused when it runs)."""
+    dg.oblige(
+        Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind="domain-mismatch", holds=False,
+                   arg=op, detail=(f"{node.name} ({op}) has its inputs' dequantizes folded into it (input_qparams) "
+                                   "but is no cortex_m kernel: the portable kernel computes it on the codes as if "
+                                   "they were real numbers."))
+    )  # fmt: skip
 
 
 def _float_op(dg: DomainGraph, node: fx.Node) -> bool:
@@ -216,6 +234,9 @@ _PROMOTES = {"linear"}
 #: Ops whose output on int8 codes is float until AtenToCortexMPass makes them kernels (the LUT
 #: activations, a true division): an activation after them is not rewritten either (00022-cm).
 _TO_FLOAT = {"sigmoid", "tanh", "silu", "gelu", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "div"}
+#: Ops that compute on reals: folded (``input_qparams``) but not made a kernel, the portable kernel
+#: computes them on the codes.
+_NEEDS_KERNEL = {"add", "sub", "mul", "linear", "convolution", "bmm", "matmul"} | _TO_FLOAT
 
 
 def _real_bounds(node: fx.Node, op: str) -> tuple[float | None, float | None] | None:
