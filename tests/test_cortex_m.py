@@ -19,6 +19,8 @@ from torch import nn
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 import qflow
+from qflow.cli import main
+from qflow.integrations.executorch import QflowPass
 from qflow.ir.fx_nodes import target_name
 from qflow.targets.cortex_m import pipeline as cortex_m
 
@@ -451,6 +453,37 @@ def test_a_producer_whose_activation_is_not_fused_stays_an_aten_op_on_codes(shar
     assert [(f.kind, "relu" in f.node) for f in pre.errors] == [("non-fuseable-activation", True)], str(pre)
     assert "stays an aten sub on int8 codes" in pre.errors[0].message
     assert ("domain-mismatch", "aten_sub_tensor") in [(f.kind, f.node) for f in post.errors], str(post)
+
+
+@torch.no_grad()
+def test_in_the_pipeline_qflow_pass_checks_and_repairs_and_the_cli_reads_the_pt2(capsys, tmp_path) -> None:
+    """The Cortex-M flow has no partitioner: QflowPass runs as an edge transform before CortexMPassManager.
+    "check" refuses the unfused sub → relu; "repair" gives the relu its own domain (zero point at qmin,
+    requantized into the stack's after it), the passes then fuse it and the program they return proves
+    and is exact on the reference kernels. `qflow check --target cortex-m` says the same of the .pt2."""
+    torch.manual_seed(0)
+    samples = [(torch.randn(2, 8), torch.randn(2, 8), 2 * torch.randn(2, 8)) for _ in range(4)]
+    converted = cortex_m.quantize(SubRelu(True).eval(), samples)
+    exported = torch.export.export(converted, samples[0])
+    edge = to_edge(exported, compile_config=cortex_m_edge_compile_config())
+    with pytest.raises(Exception) as e:  # (ExecuTorch's pass manager may wrap it)
+        copy.deepcopy(edge).transform([QflowPass("check", target="cortex-m")])
+    assert isinstance(e.value, qflow.ProofError) or isinstance(e.value.__cause__, qflow.ProofError)
+    hook = QflowPass("repair", target="cortex-m")
+    given = edge.transform([hook]).exported_program()
+    assert [r.status for r in hook.reports] == ["violated", "proved"]
+    program = CortexMPassManager(copy.deepcopy(given)).transform()
+    assert qflow.analyze(program, target="cortex-m", reference=given).proved
+    ops = [
+        target_name(n) for n in program.graph.nodes if n.op == "call_function" and "quantize_per" not in target_name(n)
+    ]
+    assert ops == ["cortex_m.quantized_add.default", "aten.cat.default", "aten.view_copy.default"], ops  # (relu fused)
+    step = [n for n in given.graph.nodes if "dequantize" in target_name(n)][-1].args[1]
+    assert all(float((cortex_m.run(program, x)[0] - converted(*x)).abs().max()) < step / 2 for x in samples)
+    torch.export.save(exported, tmp_path / "sub_relu.pt2")
+    assert main(["check", str(tmp_path / "sub_relu.pt2"), "--target", "cortex-m"]) == 1
+    out = capsys.readouterr().out
+    assert "non-fuseable-activation" in out and "stays an aten sub on int8 codes" in out
 
 
 @pytest.fixture(scope="module")
