@@ -108,6 +108,8 @@ class Reference:
     #: (scale, zero point) of each hardsigmoid's output: a fused one leaves no node to say so
     hardsigmoids: tuple[tuple[float, int], ...] = ()
     hardswishes: tuple[tuple[float, int], ...] = ()
+    #: (input shape, output shape) of each pad (a constant_pad_nd, an avg_pool2d's padding)
+    pads: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
 
     def linear(self, weight: torch.Tensor) -> Linear | None:
         """The one linear whose weight codes are `weight`'s (None: none, or several)."""
@@ -137,10 +139,16 @@ def read_reference(ep: Any) -> Reference:
     def scale(n: Any) -> float | None:
         return float(n.args[1]) if isinstance(n, fx.Node) and "quantize_per_tensor" in target_name(n) else None
 
-    linears, adds = [], []
+    linears, adds, pads = [], [], []
     activations: dict[str, list[tuple[float, int]]] = {"hardsigmoid": [], "hardswish": []}
     for n in ep.graph.nodes:
         op = base_name(target_name(n)) if n.op == "call_function" else ""
+        if op in ("constant_pad_nd", "avg_pool2d") and (shapes := _shapes(n.args[0], n)) is not None:
+            in_shape, out_shape = shapes
+            if op == "avg_pool2d":  # (count_include_pad: the pass pads H and W by the pool's padding)
+                ph, pw = (list(n.args[3] if len(n.args) > 3 else [0]) * 2)[:2]
+                out_shape = (*in_shape[:-2], in_shape[-2] + 2 * ph, in_shape[-1] + 2 * pw)
+            pads.append((in_shape, out_shape))
         if op == "linear" and len(n.args) >= 2:
             weight, zp = codes(n.args[1])
             bias = codes(n.args[2])[0] if len(n.args) > 2 else None
@@ -156,7 +164,17 @@ def read_reference(ep: Any) -> Reference:
                 adds.append(Add(found, -alpha if op == "sub" else alpha))  # type: ignore[arg-type]
         elif op in activations and len(n.users) == 1 and scale(q := next(iter(n.users))) is not None:
             activations[op].append((float(q.args[1]), int(q.args[2])))
-    return Reference(tuple(linears), tuple(adds), tuple(activations["hardsigmoid"]), tuple(activations["hardswish"]))
+    return Reference(
+        tuple(linears), tuple(adds), tuple(activations["hardsigmoid"]), tuple(activations["hardswish"]), tuple(pads)
+    )
+
+
+def _shapes(src: Any, node: fx.Node) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(input shape, output shape) of `node` as its fake tensors say (logical, NCHW order)."""
+    a, b = (x.meta.get("val") if isinstance(x, fx.Node) else None for x in (src, node))
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return None
+    return tuple(int(d) for d in a.shape), tuple(int(d) for d in b.shape)
 
 
 def read_node(dg: DomainGraph, node: fx.Node, consts: Consts, reference: Reference | None) -> bool:
@@ -265,8 +283,8 @@ def _left_as_written(node: fx.Node, op: str) -> tuple[Domain, Domain] | None:
     them, a marked one after a quantized producer it will not be fused into."""
     qin, qout = node.meta.get("input_qparams") or {}, node.meta.get("output_qparams") or {}
     if qin:
-        if op.startswith("clamp") or 0 not in qin or 0 not in qout:
-            return None
+        if (op.startswith("clamp") and not _float_bounds(node, op)) or 0 not in qin or 0 not in qout:
+            return None  # (a clamp with integer bounds: QuantizedClampActivationPass's, in codes)
         return quant_args_domain(qin[0], node), quant_args_domain(qout[0], node)
     dq = node.args[0] if node.args else None
     if not (_marked(node) and isinstance(dq, fx.Node) and "dequantize_per_tensor" in target_name(dq)):
@@ -297,7 +315,8 @@ def _producer(dq: fx.Node) -> fx.Node | None:
 def _promoted(node: fx.Node) -> bool:
     """Is `node`'s folded output not int8 when the activation passes run: a linear with a bias, a LUT
     activation, or pass-through ops (stack, view, ...) and unrewritten activations of one, which keep
-    its dtype (measured: 00066-cm, 00088-cm)."""
+    its dtype (measured: 00066-cm, 00088-cm), or an add / sub / mul, a convolution or a bias-free
+    linear of one (aten's type promotion; measured: 00118-cm, an add of a tanh's codes)."""
     seen: set[fx.Node] = set()
     todo = [node]
     while todo:
@@ -310,9 +329,13 @@ def _promoted(node: fx.Node) -> bool:
             return True
         if op in _CLAMPS and not op.startswith("relu") and _float_bounds(n, op):
             return True  # (int8 codes clamped by a float scalar are float to the pass: 00088-cm)
-        if classify(op) in (OpClass.PASSTHROUGH, OpClass.ACTIVATION):
+        if classify(op) in (OpClass.PASSTHROUGH, OpClass.ACTIVATION) or op in _PROMOTE_FROM_INPUTS:
             todo += [p for a in n.all_input_nodes if (p := _producer(a)) is not None]
     return False
+
+
+#: Ops whose folded output dtype is their inputs' (promoted) when the activation passes run.
+_PROMOTE_FROM_INPUTS = {"add", "sub", "mul", "linear", "convolution", "conv2d"}
 
 
 def _float_bounds(node: fx.Node, op: str) -> bool:
@@ -872,6 +895,13 @@ def _pad(k: _Kernel) -> None:
     src = k.arg(0)
     k.value(copies=src if isinstance(src, fx.Node) else None)
     k.keeps_domain()
+    shapes = _shapes(src, k.node)
+    if k.reference is not None and shapes is not None and shapes[0] != shapes[1]:
+        # (pre / post pads are in memory order for a channels-last input: written for another layout,
+        # they pad other dimensions — measured, campaign case 00158-cm: C and W where H and W were meant)
+        wanted = [out for inp, out in k.reference.pads if inp == shapes[0]]
+        k.check("shape", shapes[1] in wanted, f"pads {list(shapes[0])} to {list(shapes[1])}; the program it "
+                f"came from pads that shape to {' or '.join(map(str, map(list, wanted))) or 'nothing'}")  # fmt: skip
     pads = [*k.arg(1), *k.arg(2)]
     if any(pads) and isinstance(src, fx.Node):
         d = k.dg.value(src.name).definition.domain if src.name in k.dg.g else None
