@@ -386,6 +386,27 @@ def test_a_lut_that_is_not_its_activation_in_the_declared_domains_is_an_error(lu
     assert "LUT" in report.errors[0].message
 
 
+class Softmax(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 8)
+        nn.init.uniform_(self.fc.weight, -4, 4)  # (logits wide enough that a scale off by 5 % shows)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.fc(x.mean((2, 3))), dim=-1)
+
+
+def test_the_softmax_kernel_is_read_and_its_mutants_flagged() -> None:
+    """arm_softmax_s8's input zero point and Q5.26 input scale (multiplier / shift) against the declared
+    domains, its fixed output domain (1/256, -128): every folded integer that moves codes is an error."""
+    reference, program = _lower(Softmax)
+    assert any("cortex_m.softmax" in target_name(n) for n in program.graph.nodes)
+    assert qflow.analyze(program, target="cortex-m", reference=reference).proved
+    moved, errors, missed, false_alarms = _mutation_outcomes(program)
+    assert not missed and not false_alarms, (missed, false_alarms)
+    assert any("softmax" in m for m in moved) and all(m in errors for m in moved if "softmax" in m), (moved, errors)
+
+
 class SharedLinear(nn.Module):
     """A hardtanh after a linear that has another user: ActivationFusionPass does not fuse it, and
     QuantizedClampActivationPass skips it (its input is not int8 yet when it runs)."""

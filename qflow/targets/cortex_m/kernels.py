@@ -31,6 +31,8 @@ realises them, by the arithmetic of the Cortex-M dialect's reference kernels
 * `quantized_max_pool2d`: the max of codes, in the input's domain (zero points in and out);
 * `quantized_avg_pool2d`: the codes' domain is kept (its zero point and multiplier / shift
   dequantize and requantize with themselves: a mutated one moves codes by at most one, measured);
+* `softmax`: the input scale as ratio(multiplier, shift) / 2^26 (CMSIS-NN's Q5.26 input; the input zero
+  point cancels); the output is CMSIS-NN's fixed domain, scale 1/256 and zero point −128;
 * `pad` / `transpose`: copies of codes; a pad with any padding writes `pad_value`;
 * an `aten.clamp` on codes (a relu folded by QuantizedClampActivationPass): bounds in codes;
 * a hardsigmoid fused into its producer (ActivationFusionPass) is a requantize into 6·s and
@@ -891,6 +893,31 @@ def _max_pool2d(k: _Kernel) -> None:
     k.bounds(k.arg(8), k.arg(9))
 
 
+#: arm_softmax_s8 writes probabilities in this domain (CMSIS-NN's fixed output), whatever is declared.
+_SOFTMAX_OUT_SCALE, _SOFTMAX_OUT_ZP = 1 / 256, -128
+#: Its input is read as a Q5.26 fixed-point number: the multiplier / shift carry s_in · 2^26.
+_SOFTMAX_INPUT_FRACTION_BITS = 26
+
+
+def _softmax(k: _Kernel) -> None:
+    """softmax(input, dim, input_zero_point, output_zero_point, input_multiplier, input_shift, diff_min):
+    the codes minus the input zero point times ratio(multiplier, shift) / 2^26 are the reals it takes
+    the softmax of, and the result is written with scale 1/256 and the output zero point. The input
+    zero point cancels (softmax is shift-invariant: measured, a mutated one moves no code), and
+    `diff_min` (CMSIS-NN's cut-off for exp underflow) is not read by the reference kernels: neither
+    is checked."""
+    d = k.reads(0, 0)
+    k.value()
+    k.zero_point("output_zero_point", k.arg(3), k.out)
+    if d is not None and not d.per_channel:
+        got = ratio(k.arg(4), k.arg(5)) / 2**_SOFTMAX_INPUT_FRACTION_BITS
+        k.ratio_is("input_multiplier/shift", got, float(d.scale))  # type: ignore[arg-type]
+    if k.out is not None:
+        fixed = _close(float(k.out.scale), _SOFTMAX_OUT_SCALE) and k.out.zero_point == _SOFTMAX_OUT_ZP  # type: ignore[arg-type]
+        k.check("output domain", fixed, f"the kernel writes scale 1/256 zero point {_SOFTMAX_OUT_ZP}; the program "
+                f"declares {k.out}")  # fmt: skip
+
+
 def _pad(k: _Kernel) -> None:
     src = k.arg(0)
     k.value(copies=src if isinstance(src, fx.Node) else None)
@@ -947,5 +974,6 @@ _READERS = {
     "quantized_depthwise_conv2d": _depthwise_conv2d,
     "quantized_max_pool2d": _max_pool2d,
     "pad": _pad,
+    "softmax": _softmax,
     "transpose": _copy,
 }
