@@ -341,6 +341,29 @@ def test_depthwise_conv_and_max_pool_kernels_are_read_and_their_mutants_flagged(
     assert (len(moved), len(errors)) == (8, 6), (sorted(set(moved) - set(errors)), len(moved), len(errors))
 
 
+class BiasFreeDepthwise(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dw = nn.Conv2d(3, 6, 3, padding=1, groups=3, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dw(x)
+
+
+@torch.no_grad()
+def test_a_bias_synthesized_for_a_bias_free_conv_proves_only_while_it_is_zero() -> None:
+    """The passes give a bias-free depthwise conv an int32 zero bias with no declared domain: zeros are
+    zero in any domain (proved); the same bias made nonzero moves codes and is not proved."""
+    reference, program = _lower(BiasFreeDepthwise)
+    [conv] = [n for n in program.graph.nodes if "quantized_depthwise_conv2d" in target_name(n)]
+    bias = conv.args[2]
+    assert 2 not in conv.meta["input_qparams"] and "zero_bias" in bias.name
+    assert qflow.analyze(program, target="cortex-m", reference=reference).proved
+    broken = _with_constant(program, bias.name, torch.full((6,), 200, dtype=torch.int32))
+    assert max(float((broken.module()(*x) - program.module()(*x)).abs().max()) for x in _inputs()) > 0
+    assert not qflow.analyze(broken, target="cortex-m", reference=reference).proved
+
+
 class Luts(nn.Module):
     """Two LUT activations (`cortex_m.quantized_activation`) feeding a quantized mul."""
 
