@@ -107,11 +107,16 @@ CASES: dict[str, tuple[str, str]] = {
     "00015-cm-custom": ("miscompile", "hardtanh(-1, 1) on a linear's codes with a custom domain (194 LSB)"),
     "00018-cm": ("exact", "former false alarm: a relu after an add (int8 codes) is rewritten into a clamp on codes"),
     "00062-cm": ("exact", "former false alarm: a hardtanh after a conv (int8 codes) is rewritten into a clamp"),
+    "00118-cm": (
+        "miscompile",
+        "former miss: clamp(max=1) after an add of a tanh's codes: aten promotes the add's output to float, so "
+        "QuantizedClampActivationPass leaves the clamp's real bound on the codes (11 LSB)",
+    ),
 }
 #: Miscompiles repair does not fix: it inserts requants, and an activation the backend runs on codes
 #: with its real bounds needs its annotation changed instead — it says so (ProofError), never a
 #: silently wrong program.
-UNREPAIRABLE = {"00014-cm", "00015-cm-custom"}
+UNREPAIRABLE = {"00014-cm", "00015-cm-custom", "00118-cm"}
 # Cases where qflow is wrong today (the campaign's open findings).
 KNOWN_WRONG: dict[str, str] = {
     # issue #31: the band is capped at 2 output LSB, so the rounding budget no longer absorbs this
@@ -119,6 +124,9 @@ KNOWN_WRONG: dict[str, str] = {
     "which TOSA's 16-bit multiplier may move, times the sum) and qflow raises no error (proved: the int16 sum was "
     "measured exact alone, 2026-11-25): a miss under the capped band until qflow flags the amplified rounding (or "
     "the cap is argued wider for it)",
+    "00158-cm": "CortexMPassManager writes a pad's pads in NCHW order for an input that is channels-last when it "
+    "runs, so it pads C and W instead of H and W (output shape (1, 7, 2, 3), not (1, 6, 3, 3)): an error after the "
+    "passes (the pad's shape against the program it came from), a miss before them, which do not model layouts",
 }
 
 
