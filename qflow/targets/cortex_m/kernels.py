@@ -329,8 +329,8 @@ def _promoted(node: fx.Node) -> bool:
         op = base_name(target_name(n))
         if (op in _PROMOTES and len(n.args) > 2 and n.args[2] is not None) or op in _TO_FLOAT:
             return True
-        if op in _CLAMPS and not op.startswith("relu") and _float_bounds(n, op):
-            return True  # (int8 codes clamped by a float scalar are float to the pass: 00088-cm)
+        if op.startswith("clamp") and _float_bounds(n, op):
+            return True  # (aten.clamp of int8 by a float scalar is float; hardtanh keeps int8: 00088-cm, 00074-cm)
         if classify(op) in (OpClass.PASSTHROUGH, OpClass.ACTIVATION) or op in _PROMOTE_FROM_INPUTS:
             todo += [p for a in n.all_input_nodes if (p := _producer(a)) is not None]
     return False
