@@ -285,7 +285,7 @@ def _left_as_written(node: fx.Node, op: str) -> tuple[Domain, Domain] | None:
     them, a marked one after a quantized producer it will not be fused into."""
     qin, qout = node.meta.get("input_qparams") or {}, node.meta.get("output_qparams") or {}
     if qin:
-        if (op.startswith("clamp") and not _float_bounds(node, op)) or 0 not in qin or 0 not in qout:
+        if (op.startswith("clamp") and not _float_bounds(node)) or 0 not in qin or 0 not in qout:
             return None  # (a clamp with integer bounds: QuantizedClampActivationPass's, in codes)
         return quant_args_domain(qin[0], node), quant_args_domain(qout[0], node)
     dq = node.args[0] if node.args else None
@@ -329,7 +329,7 @@ def _promoted(node: fx.Node) -> bool:
         op = base_name(target_name(n))
         if (op in _PROMOTES and len(n.args) > 2 and n.args[2] is not None) or op in _TO_FLOAT:
             return True
-        if op.startswith("clamp") and _float_bounds(n, op):
+        if op.startswith("clamp") and _float_bounds(n):
             return True  # (aten.clamp of int8 by a float scalar is float; hardtanh keeps int8: 00088-cm, 00074-cm)
         if classify(op) in (OpClass.PASSTHROUGH, OpClass.ACTIVATION) or op in _PROMOTE_FROM_INPUTS:
             todo += [p for a in n.all_input_nodes if (p := _producer(a)) is not None]
@@ -340,10 +340,10 @@ def _promoted(node: fx.Node) -> bool:
 _PROMOTE_FROM_INPUTS = {"add", "sub", "mul", "linear", "convolution", "conv2d"}
 
 
-def _float_bounds(node: fx.Node, op: str) -> bool:
-    """Are the activation's bounds written as floats (a hardtanh's always are)?"""
-    given = [*node.args[1:3], *(node.kwargs.get(k) for k in ("min", "max", "min_val", "max_val"))]
-    return op.startswith("hardtanh") or any(isinstance(b, float) for b in given)
+def _float_bounds(node: fx.Node) -> bool:
+    """Is one of the clamp's bounds written as a float (aten.clamp of int8 by a float scalar is float)?"""
+    given = [*node.args[1:3], *(node.kwargs.get(k) for k in ("min", "max"))]
+    return any(isinstance(b, float) for b in given)
 
 
 def _code_of(d: Domain, v: float) -> int:
