@@ -420,8 +420,8 @@ class Softmax(nn.Module):
 
 
 def test_the_softmax_kernel_is_read_and_its_mutants_flagged() -> None:
-    """arm_softmax_s8's input zero point and Q5.26 input scale (multiplier / shift) against the declared
-    domains, its fixed output domain (1/256, -128): every folded integer that moves codes is an error."""
+    """arm_softmax_s8's Q5.26 input scale (multiplier / shift) against the declared domain, its fixed output
+    domain (1/256, -128): every folded integer that moves codes is an error (its input zero point cancels)."""
     reference, program = _lower(Softmax)
     assert any("cortex_m.softmax" in target_name(n) for n in program.graph.nodes)
     assert qflow.analyze(program, target="cortex-m", reference=reference).proved
@@ -476,16 +476,31 @@ class SubRelu(nn.Module):
         return torch.stack([h, z]) if self.shared else h
 
 
+@pytest.fixture(scope="module")
+def sub_relu() -> Callable[[bool], tuple]:
+    """shared → (samples, the converted model, the program the passes are given, what they return),
+    each built once."""
+    built: dict[bool, tuple] = {}
+
+    @torch.no_grad()
+    def build(shared: bool) -> tuple:
+        if shared not in built:
+            torch.manual_seed(0)
+            samples = [(torch.randn(2, 8), torch.randn(2, 8), 2 * torch.randn(2, 8)) for _ in range(4)]
+            converted = cortex_m.quantize(SubRelu(shared).eval(), samples)
+            built[shared] = (samples, converted, *cortex_m.lower(converted, samples[0]))
+        return built[shared]
+
+    return build
+
+
 @pytest.mark.parametrize("shared", [True, False])
 @torch.no_grad()
-def test_a_producer_whose_activation_is_not_fused_stays_an_aten_op_on_codes(shared: bool) -> None:
+def test_a_producer_whose_activation_is_not_fused_stays_an_aten_op_on_codes(sub_relu, shared: bool) -> None:
     """Stock flow, ExecuTorch 1.5.1: unfused, the sub keeps no output_qparams, AtenToCortexMPass skips
     it and the portable kernel subtracts codes (~100 output LSB off on the reference kernels); qflow
     says so at the relu before the passes and at the sub after them. Fused, it proves and is exact."""
-    torch.manual_seed(0)
-    samples = [(torch.randn(2, 8), torch.randn(2, 8), 2 * torch.randn(2, 8)) for _ in range(4)]
-    converted = cortex_m.quantize(SubRelu(shared).eval(), samples)
-    given, program = cortex_m.lower(converted, samples[0])
+    samples, converted, given, program = sub_relu(shared)
     step = [n for n in given.graph.nodes if "dequantize" in target_name(n)][-1].args[1]
     worst = max(float((cortex_m.run(program, x)[0] - converted(*x)).abs().max()) / step for x in samples)
     pre = qflow.analyze(torch.export.export(converted, samples[0]), target="cortex-m")
@@ -500,14 +515,12 @@ def test_a_producer_whose_activation_is_not_fused_stays_an_aten_op_on_codes(shar
 
 
 @torch.no_grad()
-def test_in_the_pipeline_qflow_pass_checks_and_repairs_and_the_cli_reads_the_pt2(capsys, tmp_path) -> None:
+def test_in_the_pipeline_qflow_pass_checks_and_repairs_and_the_cli_reads_the_pt2(sub_relu, capsys, tmp_path) -> None:
     """The Cortex-M flow has no partitioner: QflowPass runs as an edge transform before CortexMPassManager.
     "check" refuses the unfused sub → relu; "repair" gives the relu its own domain (zero point at qmin,
     requantized into the stack's after it), the passes then fuse it and the program they return proves
     and is exact on the reference kernels. `qflow check --target cortex-m` says the same of the .pt2."""
-    torch.manual_seed(0)
-    samples = [(torch.randn(2, 8), torch.randn(2, 8), 2 * torch.randn(2, 8)) for _ in range(4)]
-    converted = cortex_m.quantize(SubRelu(True).eval(), samples)
+    samples, converted, _, _ = sub_relu(True)
     exported = torch.export.export(converted, samples[0])
     edge = to_edge(exported, compile_config=cortex_m_edge_compile_config())
     with pytest.raises(Exception) as e:  # (ExecuTorch's pass manager may wrap it)
