@@ -182,6 +182,16 @@ def test_verdict_matches_backend(campaign: Any, cid: str) -> None:
         assert summary.repair_problem(rec) is None, f"{cid}: repair worse against the original: {repair}"
 
 
+def test_a_pad_lowered_for_the_other_layout_is_an_error_after_the_passes(campaign: Any) -> None:
+    """00158-cm (a known miss before the passes): the program CortexMPassManager returns pads C and W where
+    the program it was given pads H and W; read with that program, the pad's shape is an error."""
+    rec = campaign("00158-cm")
+    assert "shape" in str(rec.get("err", {}).get("why")), rec.get("err")  # (the outputs' shapes differ)
+    found = [f for f in rec["qflow"]["lowered"]["findings"] if f["severity"] == "error"]
+    assert [(f["kind"], f["node"]) for f in found] == [("kernel-argument-mismatch", "cortex_m_pad_default")], found
+    assert "pads [1, 6, 2, 2] to [1, 7, 2, 3]" in found[0]["message"]
+
+
 def test_reducer_keeps_specs_valid() -> None:
     """The reducer's steps yield runnable specs with fewer ops (no pipeline run)."""
     sys.path.insert(0, str(CAMPAIGN))
