@@ -597,3 +597,69 @@ def test_transpose_conv_and_div_kernels_are_read_and_their_mutants_flagged() -> 
     # measured 2026-11-25: 16 move codes, 14 errors; the 2 others are the transpose convs' activation_min
     # (a fused activation the program after the passes does not record: unproven, as for conv2d)
     assert (len(moved), len(errors)) == (16, 14), sorted(set(moved) - set(errors))
+
+
+def _pte_findings(report) -> list[tuple[str, str]]:
+    return sorted((f.kind, f.node) for f in report.findings if f.severity != "info")
+
+
+def test_the_pte_as_shipped_proves_only_against_the_program_it_came_from(pipeline, tmp_path, capsys) -> None:
+    """The .pte the device runs: alone its kernels' folded integers are unproven (the domains they
+    were folded from are not in it); with the program it came from, qflow lowers that program
+    again, matches the .pte instruction by instruction, and proves it. The .pte of another model
+    is not that program's lowering: unproven, never proved."""
+    reference, program = pipeline
+    (tmp_path / "cnn.pte").write_bytes(cortex_m.to_pte(program))
+    torch.export.save(reference, tmp_path / "cnn.pt2")
+    alone = qflow.analyze(tmp_path / "cnn.pte")
+    assert alone.status == "unproven" and alone.target == "cortex-m", str(alone)
+    assert [f.kind for f in alone.findings] == ["reference-needed"], str(alone)
+    proved = qflow.analyze(tmp_path / "cnn.pte", reference=tmp_path / "cnn.pt2")
+    assert proved.status == "proved", str(proved)
+    assert any("for M55 (MVE" in n and "every argument and constant is the same" in n for n in proved.notes)
+    assert main(["check", str(tmp_path / "cnn.pte"), "--reference", str(tmp_path / "cnn.pt2")]) == 0
+    other_pte = cortex_m.to_pte(_lower(DepthwisePool)[1])
+    other = qflow.analyze(other_pte, reference=reference)
+    assert other.status == "unproven" and {f.kind for f in other.findings} == {"reference-needed"}, str(other)
+    assert "is not the reference's lowering" in other.findings[0].message
+    # (its output dequantize reads a view the emitter elided, a value no instruction writes: the codes
+    # last written to its buffer, not a value nobody checks — it was proved once, with no obligation)
+    assert qflow.analyze(other_pte).status == "unproven"
+    capsys.readouterr()
+
+
+@torch.no_grad()
+def test_a_pte_whose_folded_integers_changed_after_the_passes_gets_the_programs_verdict(pipeline) -> None:
+    """Translation validation: each folded-integer mutant of the program after the passes (every
+    third, over every kernel kind), and the PR #19676 kernel_sum without its offset term, serialized
+    to a .pte and checked against the unmutated reference, gets the findings the mutated program
+    gets in memory — the verdict the mutation tests above measured on the reference kernels."""
+    reference, program = pipeline
+    mutants = list(_mutants(program))[::3]
+    for name, i, new in mutants:
+        ep = copy.deepcopy(program)
+        node = next(n for n in ep.graph.nodes if n.name == name)
+        node.args = (*node.args[:i], new, *node.args[i + 1 :])
+        ep.graph_module.recompile()
+        in_memory = qflow.analyze(ep, target="cortex-m", reference=reference)
+        shipped = qflow.analyze(cortex_m.to_pte(ep), reference=reference)
+        label = f"{name} {node.target._schema.arguments[i].name} -> {new}"
+        assert (shipped.status, _pte_findings(shipped)) == (in_memory.status, _pte_findings(in_memory)), label
+    assert len({name for name, _, _ in mutants}) == 7  # (2 convs, add, 2 avg pools, mul, linear)
+    [linear] = [n for n in program.graph.nodes if "quantized_linear" in str(n.target)]
+    state = {**program.state_dict, **program.constants}
+    sig = {s.arg.name: s.target for s in program.graph_signature.input_specs}
+    offset = int(linear.args[4]) * state[sig[linear.args[1].name]].to(torch.int32).sum(dim=1)
+    broken = _with_constant(program, linear.args[3].name, state[sig[linear.args[3].name]] - offset)
+    report = qflow.analyze(cortex_m.to_pte(broken), reference=reference)
+    assert [(f.kind, f.node) for f in report.errors] == [("kernel-argument-mismatch", linear.name)], str(report)
+    assert any("kernel_sum" in n for n in report.notes), report.notes
+
+
+def test_a_dsp_cores_pte_is_matched_to_the_dsp_lowering(dsp_pipeline) -> None:
+    """The .pte does not say which core it was built for; the linear's bias convention does (a bias on
+    DSP / scalar cores, kernel_sum on MVE), so only the DSP lowering matches it."""
+    reference, program = dsp_pipeline
+    report = qflow.analyze(cortex_m.to_pte(program), reference=reference)
+    assert report.status == "proved", str(report)
+    assert any("(DSP" in n for n in report.notes), report.notes

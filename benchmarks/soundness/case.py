@@ -497,6 +497,7 @@ def _summ(report: Any) -> dict[str, Any]:
         "obligations": dict(report.obligations),
         "findings": [
             {"kind": f.kind, "node": f.node, "severity": f.severity, "status": f.status, "message": f.message[:400]}
+            | ({"bound_lsb": f.bound_lsb} if getattr(f, "bound_lsb", None) is not None else {})
             for f in report.findings
         ],
     }
@@ -560,6 +561,17 @@ def _qflow(rec: dict[str, Any], key: str, fn: Callable[[], Any]) -> Any:
         return report
     except Exception as e:  # noqa: BLE001 - a qflow crash is an outcome
         rec["qflow"][key] = {"verdict": "crash", "error": _err(e), "trace": traceback.format_exc()[-1500:]}
+        return None
+
+
+def _cortex_m_pte(rec: dict[str, Any], program: Any) -> bytes | None:
+    """The .pte of the program the Cortex-M passes returned (None, recorded, when it cannot be emitted)."""
+    from qflow.targets.cortex_m import pipeline as cortex_m
+
+    try:
+        return _timed(rec, "pte", lambda: cortex_m.to_pte(program))
+    except Exception as e:  # noqa: BLE001 - an emitter failure is the backend's, not qflow's
+        rec["pte_error"] = _err(e)
         return None
 
 
@@ -638,9 +650,14 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
         stage("qflow_lowered")
         # (the TOSA payload keeps some weights as bare codes: their scales are the PT2E program's)
         ref = {"target": target, "reference": exported} if target == "arm-tosa" else {}
+        shipped = None
         if isinstance(edge, CortexMProgram):
             ref, edge = {"target": target, "reference": edge.given}, edge.program
+            shipped = _cortex_m_pte(rec, edge)
         _qflow(rec, "lowered", lambda: analyze(edge, **ref))
+        if shipped is not None:  # the .pte as shipped, against the PT2E program it came from
+            stage("qflow_pte")
+            _qflow(rec, "pte", lambda: analyze(shipped, reference=exported))
     # repair
     if repair and pre is not None and not pre.proved:
         stage("repair")

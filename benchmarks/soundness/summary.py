@@ -287,7 +287,7 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
         "| of which within the FQ tie sensitivity | exact | false alarms |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for form in ("pre", "annotated", "folded", "lowered"):
+    for form in ("pre", "annotated", "folded", "lowered", "pte"):
         sub = [r for r in recs if form in r.get("qflow", {})]
         if not sub:
             continue
@@ -322,6 +322,7 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
         ("annotated", "annotated graph"),
         ("folded", "folded partitions (Arm)"),
         ("lowered", "lowered program"),
+        ("pte", ".pte as shipped, against the PT2E program (Cortex-M)"),
     ):
         sub = [r for r in recs if form in r.get("qflow", {})]
         if sub:
@@ -446,10 +447,9 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
         for k, v in (r.get("time") or {}).items():
             times[k].append(v)
     if times:
-        keys = [
-            k for k in ("quantize", "qflow_annotated", "qflow_pre", "lower", "run", "qflow_folded", "qflow_lowered")
-        ]
-        keys += ["repair", "total"]
+        keys = (
+            "quantize qflow_annotated qflow_pre lower run qflow_folded qflow_lowered pte qflow_pte repair total".split()
+        )
         lines += ["Timing, seconds (median / max over cases; shared 2-core box):", ""]
         lines += [
             "| " + " | ".join(k for k in keys if times.get(k)) + " |",

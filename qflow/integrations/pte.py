@@ -64,20 +64,16 @@ def _factor(a: str, b: str) -> float:
     return ITEMSIZE.get(a, 1) / ITEMSIZE.get(b, 1)
 
 
-def _returned(args: tuple[int, ...]) -> tuple[int, ...]:
-    """The values a kernel call returns: ExecuTorch appends them after the out
-    arguments they alias, so the longest repeated suffix (else the last arg)."""
-    for k in range(len(args) // 2, 0, -1):
-        if args[-2 * k : -k] == args[-k:]:
-            return args[-k:]
-    return args[-1:]
-
-
 class _Builder:
-    def __init__(self, prog: PteProgram, plan: Plan, prefix: str, reference: Any = None) -> None:
+    def __init__(
+        self, prog: PteProgram, plan: Plan, prefix: str, reference: Any = None, unread_kernels: str = ""
+    ) -> None:
         self.prog, self.plan, self.prefix = prog, plan, prefix
         self.reference = reference
-        self.dg = DomainGraph(form="lowered")
+        #: why the kernels a target rewrote the program into are unproven (no reference, or none matched)
+        self.unread_kernels = unread_kernels
+        rewriter = _rewriter(plan)
+        self.dg = DomainGraph(form="lowered", target=rewriter.name if rewriter is not None else "generic")
         self.names: dict[int, str] = {}
         self.counts: dict[str, int] = {}
         #: Payloads whose backend checks their artifact once the whole plan is read.
@@ -181,6 +177,8 @@ class _Builder:
                     OpClass.CONSTANT,
                     Definition(DefKind.FREE, reason="constant"),
                 )
+        written = {m: i for i in self.plan.inputs if (m := self.ev(i).memory) is not None and i in self.names}
+        # (planned buffer → the value last written there)
         for call in self.plan.calls:
             if call.kind not in ("kernel", "delegate"):
                 if call.kind in ("JumpFalseCall",):
@@ -190,17 +188,46 @@ class _Builder:
             if call.kind == "delegate":  # inputs, then the outputs it writes (never written before)
                 outs = list(dict.fromkeys(t for t in tens if t not in defined))
             else:  # out-variant kernels end with their out arguments, then the same values returned
-                outs = list(dict.fromkeys(self.tensors(_returned(call.args))))
+                outs = list(dict.fromkeys(self.tensors(call.returned)))
             ins = [t for t in dict.fromkeys(tens) if t not in outs]
             if call.kind == "delegate":
                 self.delegate(call, ins, outs)
             else:
+                for t in ins:
+                    if t not in defined:
+                        self.unwritten(call, t, written)
+                        defined.add(t)
                 self.kernel(call, ins, outs)
             defined.update(outs)
+            written.update({m: t for t in outs if (m := self.ev(t).memory) is not None and t in self.names})
         for pending in self.anchored:
             self.check_payload(*pending)
         self.dg.settle_inputs("integer program input")
         return self.dg
+
+    def unwritten(self, call: Call, idx: int, written: dict[tuple[int, int], int]) -> None:
+        """A tensor a kernel reads that no instruction wrote: a view the emitter elided (a static
+        view_copy shares its base's planned buffer: the codes last written there), else state
+        that persists across calls (a mutable buffer such as a KV cache): reals when it is float,
+        else codes in a domain the .pte does not state."""
+        ev = self.ev(idx)
+        base = written.get(ev.memory) if ev.memory is not None else None
+        if base is None:
+            name = self.fresh("state")
+            if ev.dtype in _DOMAIN_FREE:
+                d = Definition(DefKind.FREE, reason=f"domain-free {ev.dtype} state")
+            elif (ev.dtype or "").startswith(("float", "bfloat")):
+                d = float_fact()
+            else:
+                why = f"value {idx} (read by instruction {call.index}) is state no instruction writes: domain unknown"
+                d = Definition(DefKind.FREE, blocking=True, reason=why)
+            self.add(idx, name, "state", OpClass.UNKNOWN, d)
+            return
+        name = self.fresh("view")
+        src = self.names[base]
+        d = Definition(DefKind.ALIAS, sources=(src,), reason="a view of its base's buffer (elided by the emitter)")
+        self.add(idx, name, "memory view", OpClass.PASSTHROUGH, d)
+        self.dg.add_use(src, name, "base")
 
     def kernel(self, call: Call, ins: list[int], outs: list[int]) -> None:
         base = base_name(call.name)
@@ -225,6 +252,15 @@ class _Builder:
                 self.use(x, name, "args[0]", d, None, allow_float=True)
             return
         is_float = bool(ev_out.dtype and ev_out.dtype.startswith(("float", "bfloat")))
+        rewriter = targets.for_kernel(call.name)
+        if rewriter is not None and ev_out.dtype not in _DOMAIN_FREE:  # (the target's to read, never generic)
+            why = self.unread_kernels or _NO_REFERENCE.format(target=rewriter.name)
+            d = Definition(DefKind.FREE, blocking=True, reason=f"{call.name}: {why}", blocks_as="reference-needed")
+            self.add(first, name, call.name, OpClass.UNKNOWN, d)
+            for i in ins:
+                if i in self.names:
+                    self.dg.add_use(self.names[i], name, "input")
+            return
         if ev_out.dtype in _DOMAIN_FREE or cls is OpClass.CONSTANT:
             self.add(first, name, call.name, cls, Definition(DefKind.FREE, reason=f"domain-free {ev_out.dtype} tensor"))
             for i in ins:
@@ -500,6 +536,40 @@ class _Builder:
         return self.references[t.name]
 
 
+_NO_REFERENCE = (
+    "a {target} kernel's folded integers realise domains that only the program the .pte was lowered "
+    "from states (pass it: reference=)"
+)
+
+
+def _rewriter(plan: Plan) -> targets.Target | None:
+    """The target whose passes rewrote the plan's program into kernels of its own, if any."""
+    return next((t for c in plan.calls if c.kind == "kernel" and (t := targets.for_kernel(c.name))), None)
+
+
+def _plan_graph(prog: PteProgram, plan: Plan, reference: Any) -> DomainGraph:
+    """One execution plan's graph. A plan that calls kernels a target's passes rewrote the program
+    into in place (Cortex-M) is that target's: it lowers the reference again, matches the plan
+    against it and writes the plan's arguments in (`relower_plan`), and the program it returns is
+    read as any program after the passes; a plan it cannot match stays unproven."""
+    rewriter = _rewriter(plan)
+    relower = rewriter.hook("relower_plan") if rewriter is not None and reference is not None else None
+    if rewriter is None or relower is None:
+        return _Builder(prog, plan, "", reference).build()
+    relowered = relower(prog, plan, reference)
+    if relowered.program is None:
+        why = f"the .pte is not the reference's lowering: {relowered.mismatch}"
+        return _Builder(prog, plan, "", reference, why).build()
+    # (torch and the FX reader only for a .pte whose program a target rewrote in place)
+    from qflow.integrations.fx import build as build_program
+
+    ep = relowered.program
+    read_reference = rewriter.hook("read_reference")
+    dg = build_program(ep.graph_module, ep, None, rewriter, True, read_reference(reference) if read_reference else None)
+    dg.notes.extend(relowered.notes)
+    return dg
+
+
 def build(prog: PteProgram | str | Path | bytes, reference: Any = None) -> DomainGraph:
     """The domain graph of every execution plan of a .pte (plans other than the
     only one are prefixed with their method name). `reference`: the program it was
@@ -509,11 +579,12 @@ def build(prog: PteProgram | str | Path | bytes, reference: Any = None) -> Domai
     if not isinstance(prog, PteProgram):
         prog = read_pte(prog)
     if len(prog.plans) == 1:
-        dg = _Builder(prog, prog.plans[0], "", reference).build()
+        dg = _plan_graph(prog, prog.plans[0], reference)
     else:
-        dg = DomainGraph(form="lowered")
+        rewriters = {t.name for p in prog.plans if (t := _rewriter(p)) is not None}
+        dg = DomainGraph(form="lowered", target=rewriters.pop() if len(rewriters) == 1 else "generic")
         for plan in prog.plans:
-            dg.absorb(_Builder(prog, plan, "", reference).build(), plan.name)
+            dg.absorb(_plan_graph(prog, plan, reference), plan.name)
     dg.notes.append(
         f"read from the ExecuTorch program {Path(prog.source).name}: "
         + "; ".join(

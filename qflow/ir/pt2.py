@@ -96,6 +96,8 @@ class SavedProgram:
     state_dict: Mapping[str, torch.Tensor] = field(default_factory=dict)
     constants: Mapping[str, torch.Tensor] = field(default_factory=dict)
     schema_version: tuple[int, int] = (SCHEMA_MAJOR, SCHEMA_MINOR)
+    #: The archive it was read from (what lowering it again loads with torch.export.load).
+    path: Path | None = None
 
     @property
     def graph(self) -> fx.Graph:
@@ -118,7 +120,9 @@ def read(path: str | Path) -> SavedProgram:
         program = json.loads(archive.bytes(f"models/{MODEL}.json"))
         state_dict = _Payloads(archive, "data/weights/", f"data/weights/{MODEL}_weights_config.json", "weight_")
         constants = _Payloads(archive, "data/constants/", f"data/constants/{MODEL}_constants_config.json", "tensor_")
-    return _Deserializer(program).program(state_dict, constants)
+    saved = _Deserializer(program).program(state_dict, constants)
+    saved.path = Path(path)
+    return saved
 
 
 class _Archive:

@@ -55,6 +55,10 @@ class EValue:
     sizes: tuple[int, ...] = ()
     constant: bool = False  # Tensor: data stored in the program (data_buffer_idx > 0)
     data_buffer: int = 0
+    #: Tensor: (memory id, offset) of its planned buffer; an elided view shares its base's
+    memory: tuple[int, int] | None = None
+    #: Tensor: the order its dimensions are stored in (a constant's data is in this order)
+    dim_order: tuple[int, ...] = ()
 
     @property
     def numel(self) -> int:
@@ -73,6 +77,16 @@ class Call:
     name: str
     args: tuple[int, ...]
     delegate: int | None = None
+
+    @property
+    def returned(self) -> tuple[int, ...]:
+        """The values a kernel call returns: ExecuTorch appends them after the out arguments
+        they alias, so the longest repeated suffix (else the last argument)."""
+        a = self.args
+        for k in range(len(a) // 2, 0, -1):
+            if a[-2 * k : -k] == a[-k:]:
+                return a[-k:]
+        return a[-1:]
 
 
 @dataclass(frozen=True)
@@ -257,6 +271,8 @@ def _evalue(ev: Any, index: int, kernel_types: dict[int, str]) -> EValue:
     if kind == "Tensor":
         st = t.ScalarType()
         sizes = tuple(int(t.Sizes(i)) for i in range(t.SizesLength()))
+        a = t.AllocationInfo()
+        memory = (int(a.MemoryId()), int(a.MemoryOffsetHigh()) << 32 | int(a.MemoryOffsetLow())) if a else None
         return EValue(
             index,
             kind,
@@ -265,6 +281,8 @@ def _evalue(ev: Any, index: int, kernel_types: dict[int, str]) -> EValue:
             sizes,
             t.DataBufferIdx() > 0,
             t.DataBufferIdx(),
+            memory,
+            tuple(int(t.DimOrder(i)) for i in range(t.DimOrderLength())),
         )
     if kind == "Int":
         return EValue(index, kind, int(t.IntVal()))

@@ -271,11 +271,12 @@ KINDS: dict[str, Kind] = {
         Kind(
             "reference-needed",
             "warning",
-            "a delegate payload needs the program it was lowered from to be proved",
-            "A .pte checked alone carries what its delegates compute, but not every domain: a TOSA payload "
-            "keeps its weights (and biases) as bare integer codes, and their scales live only in the PT2E "
-            "program the .pte was lowered from. What depends on them is unproven, never proved, until that "
-            "program is given.",
+            "a .pte (or a lowered program) needs the program it was lowered from to be proved",
+            "A .pte checked alone carries what it computes, but not every domain: a TOSA payload keeps its "
+            "weights (and biases) as bare integer codes, whose scales live only in the PT2E program the .pte "
+            "was lowered from, and a Cortex-M .pte keeps each kernel's folded integers but not the domains "
+            "they were folded from. What depends on them is unproven, never proved, until that program is "
+            "given (a Cortex-M .pte that no lowering of the given program matches stays unproven).",
             "Pass the program the .pte was lowered from: `qflow check model.pte --reference model.pt2` "
             "(API: `qflow.analyze('model.pte', reference=exported_program_or_pt2_path)`).",
         ),

@@ -48,6 +48,15 @@ def for_backend(backend_id: str) -> Target | None:
     return None
 
 
+def for_kernel(name: str) -> Target | None:
+    """The target whose passes emit the kernel `name` (``cortex_m::quantized_add.out``), if any."""
+    namespace = name.split("::", 1)[0] if "::" in name else ""
+    for t in map(get, NAMES):
+        if namespace in t.kernel_namespaces:
+            return t
+    return None
+
+
 def for_partitioner(partitioner: object) -> Target | None:
     """The target an ExecuTorch partitioner lowers to (by its class or a base class)."""
     names = {c.__name__ for c in type(partitioner).__mro__}
@@ -58,4 +67,15 @@ def for_partitioner(partitioner: object) -> Target | None:
     return None
 
 
-__all__ = ["DEFAULT", "NAMES", "Fusion", "OpRule", "Outcome", "Target", "for_backend", "for_partitioner", "get"]
+__all__ = [
+    "DEFAULT",
+    "NAMES",
+    "Fusion",
+    "OpRule",
+    "Outcome",
+    "Target",
+    "for_backend",
+    "for_kernel",
+    "for_partitioner",
+    "get",
+]

@@ -69,6 +69,9 @@ class Target:
     int16_zero_point_zero: bool = False
     #: ExecuTorch backend ids whose delegates this target describes.
     backend_ids: frozenset[str] = frozenset()
+    #: Namespaces of the kernels this target's passes rewrite a program into in place (no
+    #: delegate): a .pte calling them is checked by the target (its ``relower_plan`` hook).
+    kernel_namespaces: frozenset[str] = frozenset()
     #: Class names of the ExecuTorch partitioners that lower to this target.
     partitioners: frozenset[str] = frozenset()
     #: What a code-copy / zp-only violation does on this target.

@@ -27,6 +27,7 @@ TARGET = Target(
     description="ExecuTorch Cortex-M backend (CMSIS-NN kernels): before CortexMPassManager and what it returns",
     op_rules={op: OpRule.CODE_COPY for op in _CODE_COPY},
     outcome=Outcome.MISCOMPILE,
+    kernel_namespaces=frozenset({"cortex_m"}),
     # ActivationFusionPass.FUSE_OPS; max_pool2d too, but one left unfused keeps its input's domain.
     fusion_producers=frozenset({"add", "sub", "linear", "conv1d", "conv2d", "convolution", "conv_transpose2d"}),
     # An activation CortexMQuantizer annotated with its producer that ActivationFusionPass declines

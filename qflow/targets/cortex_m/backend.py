@@ -1,5 +1,6 @@
-"""The Cortex-M target's hooks (`Target.backend`): the kernel reader and, lazily (it imports
-the ExecuTorch Cortex-M backend), observe mode's capture of the pass manager's programs."""
+"""The Cortex-M target's hooks (`Target.backend`): the kernel reader and, lazily (they import
+the ExecuTorch Cortex-M backend), observe mode's capture of the pass manager's programs and a
+.pte's check against the reference lowered again."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from qflow.targets.cortex_m.kernels import read_node, read_reference
 
-__all__ = ["left_without_domain", "read_node", "read_partitions", "read_reference"]
+__all__ = ["left_without_domain", "read_node", "read_partitions", "read_reference", "relower_plan"]
 
 
 def left_without_domain(producer: str, producer_op: str, activation: str) -> str:
@@ -29,3 +30,10 @@ def read_partitions(read: Any) -> Any:
     from qflow.targets.cortex_m.pipeline import read_after_passes
 
     return read_after_passes(read)
+
+
+def relower_plan(prog: Any, plan: Any, reference: Any) -> Any:
+    """A .pte's plan against the reference lowered by qflow (`pte_plan.Relowered`)."""
+    from qflow.targets.cortex_m.pte_plan import relower
+
+    return relower(prog, plan, reference)

@@ -17,7 +17,7 @@ from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compi
 from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
 from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
 from executorch.backends.cortex_m.target_config import CortexM, CortexMTargetConfig
-from executorch.exir import to_edge
+from executorch.exir import EdgeProgramManager, to_edge
 from torch.export import ExportedProgram
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -70,6 +70,12 @@ def lower(
     given = edge.exported_program()
     config = CortexMTargetConfig(cpu=CortexM[cpu])
     return given, CortexMPassManager(copy.deepcopy(given), target_config=config).transform()
+
+
+def to_pte(program: ExportedProgram) -> bytes:
+    """The .pte of a program after `CortexMPassManager` (what the device runs)."""
+    edge = EdgeProgramManager(copy.deepcopy(program), compile_config=cortex_m_edge_compile_config())
+    return edge.to_executorch().buffer
 
 
 def run(program: ExportedProgram, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
