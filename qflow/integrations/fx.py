@@ -25,7 +25,7 @@ from typing import Any
 import torch.fx as fx
 
 from qflow import bounds
-from qflow.domain import FLOAT, Domain
+from qflow.domain import DTYPE_RANGE, FLOAT, Domain
 from qflow.errors import InputError
 from qflow.gc_pause import paused_gc
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
@@ -61,6 +61,12 @@ FORMS = ("qdq", "folded", "lowered")
 
 #: compared against, never handed out (a Definition is mutable)
 _FLOAT_FACT = float_fact()
+
+
+#: dtype casts, and the integer dtypes a weight's codes are stored in (a cast of one to float is
+#: torchao's int8 weight-only dequantize, `_casts_weight_codes`)
+CASTS = frozenset({"to", "_to_copy", "_to_dim_order_copy"})
+WEIGHT_CODES = frozenset({"int4", "int8", "uint8", "int16"})
 
 
 class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
@@ -104,8 +110,25 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
     def _op_class(self, node: fx.Node) -> OpClass:
         cls = self._classes.get(node)
         if cls is None:
-            cls = self._classes[node] = classify(target_name(node)) if node.op == "call_function" else OpClass.UNKNOWN
+            cls = classify(target_name(node)) if node.op == "call_function" else OpClass.UNKNOWN
+            if cls is OpClass.UNKNOWN and self._casts_weight_codes(node):
+                cls = OpClass.DEQUANTIZE
+            self._classes[node] = cls
         return cls
+
+    def _casts_weight_codes(self, node: fx.Node) -> bool:
+        """A cast to float of integer codes computed from constants only: torchao's int8 weight-only
+        linear (Int8WeightOnlyConfig) multiplies by the codes as reals and scales the product after,
+        so the cast dequantizes a weight whose scale the program applies elsewhere."""
+        if node.op != "call_function" or base_name(target_name(node)) not in CASTS or not node.args:
+            return False
+        x = node.args[0]
+        return (
+            isinstance(x, fx.Node)
+            and is_float(node)
+            and dtype_name(val_dtype(x)) in WEIGHT_CODES
+            and self._from_constants(x)
+        )
 
     def _rules(self, node: fx.Node) -> dict[str, OpRule]:
         """Each (member) target's rule for a domain change across `node`. A
@@ -512,7 +535,12 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         )
 
     def _add_dequantize(self, node: fx.Node) -> None:
-        d = qdq_domain(node, self.consts)
+        if base_name(target_name(node)) in CASTS:  # (weight codes as reals: their scale is applied after)
+            x = node.args[0]
+            dt = dtype_name(val_dtype(x))
+            d = Domain.run_time(dt, f"cast by {node.name}, scaled after the product", *DTYPE_RANGE[dt])
+        else:
+            d = qdq_domain(node, self.consts)
         x = self._data_arg(node)
         self._value(node, OpClass.DEQUANTIZE, Definition(DefKind.FACT, d, real=True))
         self._use(x, node, "args[0]", d, False)
