@@ -112,6 +112,10 @@ CASES: dict[str, tuple[str, str]] = {
         "former miss: clamp(max=1) after an add of a tanh's codes: aten promotes the add's output to float, so "
         "QuantizedClampActivationPass leaves the clamp's real bound on the codes (11 LSB)",
     ),
+    # the .pte as shipped (its verdict must be the lowered program's):
+    "00300-cm": ("exact", "the emitter inserts a dim-order copy before a sum: a layout change, not a kernel"),
+    "00316-cm": ("exact", "a pad checked against the program the passes were given, not the PT2E program"),
+    "00359-cm-custom": ("miscompile", "a max_pool2d_with_indices left on codes returns two tensors; a cat reads one"),
 }
 #: Miscompiles repair does not fix: it inserts requants, and an activation the backend runs on codes
 #: with its real bounds needs its annotation changed instead — it says so (ProofError), never a
@@ -172,6 +176,9 @@ def test_verdict_matches_backend(campaign: Any, cid: str) -> None:
         assert verdict != "error", f"{cid}: false alarm: backend exact, qflow error {findings}"
         lowered = rec["qflow"].get("lowered", {})  # the lowered program, TOSA artifact included
         assert lowered.get("verdict") != "error", f"{cid}: lowered-form false alarm: {lowered.get('findings')}"
+    if "pte" in rec["qflow"]:  # a Cortex-M .pte, checked against the PT2E program by lowering it again
+        pte, lowered = rec["qflow"]["pte"], rec["qflow"]["lowered"]
+        assert pte["verdict"] == lowered["verdict"], f"{cid}: .pte {pte['findings']}; lowered {lowered['findings']}"
     if outcome == "miscompile" and cid in UNREPAIRABLE:
         repair = rec.get("repair") or {}
         assert repair.get("status") == "unrepairable" and "ProofError" in repair.get("error", ""), f"{cid}: {repair}"

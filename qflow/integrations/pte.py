@@ -565,7 +565,9 @@ def _plan_graph(prog: PteProgram, plan: Plan, reference: Any) -> DomainGraph:
 
     ep = relowered.program
     read_reference = rewriter.hook("read_reference")
-    dg = build_program(ep.graph_module, ep, None, rewriter, True, read_reference(reference) if read_reference else None)
+    # (what the passes were given is what their kernels are checked against, as in observe mode)
+    given = read_reference(relowered.given or reference) if read_reference else None
+    dg = build_program(ep.graph_module, ep, None, rewriter, True, given)
     dg.notes.extend(relowered.notes)
     return dg
 

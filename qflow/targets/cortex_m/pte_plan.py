@@ -13,6 +13,7 @@ is not the reference's lowering at all is unproven, never proved.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,8 @@ from qflow.ir.load import load_program
 from qflow.ir.pte_program import Call, EValue, Plan, PteProgram
 from qflow.targets.cortex_m.pipeline import lower
 
+#: The copies ExecuTorch's emitter inserts to change a tensor's dim order (not in the lowering it emits).
+_LAYOUT_COPIES = ("dim_order_ops::_to_dim_order_copy", "dim_order_ops::_clone_dim_order")
 #: One CPU per CMSIS-NN ISA: the passes fold a linear's bias differently on each (MVE: into
 #: kernel_sum with input_offset · Σw; DSP and scalar: a bias), and the .pte does not say which.
 CPUS = (("M55", "MVE"), ("M7", "DSP"), ("M0", "scalar"))
@@ -43,6 +46,8 @@ class Relowered:
     of it is the `.pte`'s program, and `mismatch` says where the closest one differs)."""
 
     program: ExportedProgram | None
+    #: the edge program the passes were given: what the kernels' checks read as the reference
+    given: ExportedProgram | None = None
     notes: tuple[str, ...] = ()
     mismatch: str = ""
 
@@ -63,7 +68,7 @@ def relower(prog: PteProgram, plan: Plan, reference: Any) -> Relowered:
     first = ""
     for cpu, isa in CPUS:
         try:
-            _, program = lower(reference, (), cpu)
+            given, program = lower(reference, (), cpu)
         except Exception as e:  # (the passes refusing the reference is the user's input, not a qflow bug)
             raise InputError(f"reference: CortexMPassManager ({cpu}) cannot lower it: {type(e).__name__}: {e}") from e
         try:
@@ -78,9 +83,9 @@ def relower(prog: PteProgram, plan: Plan, reference: Any) -> Relowered:
                if written else "every argument and constant is the same"),
         )  # fmt: skip
         if not written:
-            return Relowered(program, notes)
+            return Relowered(program, given, notes)
         if best is None or len(written) < best[0]:
-            best = (len(written), Relowered(program, notes))
+            best = (len(written), Relowered(program, given, notes))
     if best is not None:
         return best[1]
     return Relowered(None, mismatch=first)
@@ -118,7 +123,7 @@ class _Matcher:
         self.constants |= getattr(sig, "inputs_to_lifted_tensor_constants", {})
         self.user_inputs = list(sig.user_inputs)
         self.matched: dict[str, int] = {}  # FX node → instruction index
-        self.writer: dict[int, int] = {}  # value index → instruction that returns it
+        self.writer: dict[int, tuple[int, int]] = {}  # value index → (instruction that returns it, which output)
         self.views: dict[int, int] = {}  # et_view output → its input
         for c in plan.calls:
             if c.kind != "kernel":
@@ -126,20 +131,44 @@ class _Matcher:
             if c.name.startswith("executorch_prim::et_view") and len(c.args) >= 2:
                 self.views[c.args[-1]] = c.args[0]
             else:
-                for v in c.returned:
-                    self.writer[v] = c.index
+                for k, v in enumerate(self.tensors(c.returned)):
+                    self.writer[v] = (c.index, k)
         self.replaced: dict[str, torch.Tensor] = {}  # constant placeholder → the .pte's data
+
+    def tensors(self, values: tuple[int, ...]) -> list[int]:
+        """The tensors among `values`, a TensorList's items in order (a kernel returning several)."""
+        out: list[int] = []
+        for v in values:
+            ev = self.ev(v)
+            out += [int(i) for i in ev.value] if ev.kind == "TensorList" else [v] if ev.kind == "Tensor" else []
+        return out
+
+    def layout_copy(self, call: Call) -> bool:
+        """A dim-order copy the emitter inserted (same dtype in and out: the values kept, only their
+        memory layout changed), read as a view of its input; False for any other call."""
+        if not call.name.startswith(_LAYOUT_COPIES) or not call.args or not call.returned:
+            return False
+        src, out = call.args[0], call.returned[0]
+        if self.ev(src).kind != "Tensor" or self.ev(src).dtype != self.ev(out).dtype:
+            return False
+        self.views[out] = src
+        self.writer.pop(out, None)
+        return True
 
     def ev(self, i: int) -> EValue:
         return self.plan.values[i]
 
     def write_in(self) -> list[str]:
         nodes = _fx_kernels(self.ep)
-        if len(nodes) != len(self.calls):
-            raise _Mismatch(f"the .pte has {len(self.calls)} kernel calls, the reference's lowering {len(nodes)}")
+        calls = iter(self.calls)
         written: list[str] = []
-        for node, call in zip(nodes, self.calls, strict=True):
+        for node in nodes:
             schema = node.target._schema
+            call = next(calls, None)
+            while call is not None and call.name.rsplit(".", 1)[0] != schema.name and self.layout_copy(call):
+                call = next(calls, None)
+            if call is None:
+                raise _Mismatch(f"the .pte has fewer kernel calls than the reference's lowering ({len(nodes)})")
             if call.name.rsplit(".", 1)[0] != schema.name:
                 raise _Mismatch(f"instruction {call.index} calls {call.name}, where the lowering has {schema.name}")
             if len(call.args) < len(schema.arguments):
@@ -156,6 +185,11 @@ class _Matcher:
                         node.kwargs = {**node.kwargs, a.name: new}
             node.args = tuple(args)
             self.matched[node.name] = call.index
+        rest = [c for c in calls if not self.layout_copy(c)]
+        if rest:
+            raise _Mismatch(
+                f"the .pte calls {rest[0].name} (instruction {rest[0].index}) after the reference's lowering ends"
+            )
         self.outputs()
         for placeholder, data in self.replaced.items():
             key = self.constants[placeholder]
@@ -253,32 +287,36 @@ class _Matcher:
         if want != got:
             raise _Mismatch(f"{where} reads {_say(got)}, where the lowering reads {_say(want)}")
 
-    def fx_source(self, n: fx.Node) -> tuple[str, int]:
-        base = _view_base(n)
+    def fx_source(self, n: fx.Node) -> tuple[str, int, int]:
+        """(what, which, which output) `n` is, through views: a program input or a kernel's output."""
+        base, k = _view_base(n), 0
+        if base.op == "call_function" and base.target is operator.getitem and isinstance(base.args[0], fx.Node):
+            base, k = _view_base(base.args[0]), int(base.args[1])
         if base.name in self.user_inputs:
-            return ("input", self.user_inputs.index(base.name))
+            return ("input", self.user_inputs.index(base.name), 0)
         if base.name in self.matched:
-            return ("instruction", self.matched[base.name])
-        return ("node", -1)
+            return ("instruction", self.matched[base.name], k)
+        return ("node", -1, 0)
 
-    def pte_source(self, v: int, before: int) -> tuple[str, int]:
+    def pte_source(self, v: int, before: int) -> tuple[str, int, int]:
+        """The same for value `v` read by the instruction at `before`."""
         seen = set()
         while v in self.views and v not in seen:
             seen.add(v)
             v = self.views[v]
-        if v in self.writer and self.writer[v] < before:
-            return ("instruction", self.writer[v])
+        if v in self.writer and self.writer[v][0] < before:
+            return ("instruction", *self.writer[v])
         if v in self.plan.inputs:
-            return ("input", self.plan.inputs.index(v))
+            return ("input", self.plan.inputs.index(v), 0)
         memory = self.ev(v).memory
         if memory is not None:  # an elided view: whatever the last instruction wrote there
-            last = [c for w, c in self.writer.items() if c < before and self.ev(w).memory == memory]
+            last = [c for w, c in self.writer.items() if c[0] < before and self.ev(w).memory == memory]
             if last:
-                return ("instruction", max(last))
+                return ("instruction", *max(last))
             inputs = [k for k, i in enumerate(self.plan.inputs) if self.ev(i).memory == memory]
             if inputs:
-                return ("input", inputs[0])
-        return ("value", v)
+                return ("input", inputs[0], 0)
+        return ("value", v, 0)
 
 
 class _Same:
@@ -289,6 +327,6 @@ class _Same:
 _SAME: Any = _Same()
 
 
-def _say(source: tuple[str, int]) -> str:
-    kind, k = source
-    return {"input": f"program input {k}", "instruction": f"instruction {k}'s output"}.get(kind, "another tensor")
+def _say(source: tuple[str, int, int]) -> str:
+    kind, i, k = source
+    return {"input": f"program input {i}", "instruction": f"instruction {i}'s output {k}"}.get(kind, "another tensor")
