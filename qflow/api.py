@@ -92,7 +92,9 @@ def analyze(
     one quantized constant of the reference takes that constant's scales, and each CLAMP must
     be one of the reference's activations, so the artifact check can prove what depends on
     them: that the .pte computes the reference's declared domains. A Cortex-M linear's bias
-    (in `kernel_sum` on MVE) is checked against the reference's quantized bias.
+    (in `kernel_sum` on MVE) is checked against the reference's quantized bias, and a Cortex-M
+    .pte against the reference lowered again: its kernels' integers are checked as the .pte has
+    them (`qflow.targets.cortex_m.pte_plan`).
     """
     # one GC pause over building and proving: the graph is garbage by the time the
     # collector runs again, so it is freed by reference counting, never traversed

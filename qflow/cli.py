@@ -487,7 +487,8 @@ def parser() -> argparse.ArgumentParser:
         metavar="PT2",
         help="with .pte programs: the torch.export.save'd PT2E program (.pt2) they were lowered from. A TOSA "
         "payload keeps its weights as bare codes; each one whose values are those of exactly one quantized "
-        "constant of PT2 takes its scales, so the artifact check can prove what depends on them",
+        "constant of PT2 takes its scales, so the artifact check can prove what depends on them. A Cortex-M "
+        ".pte is checked against PT2 lowered again (CortexMPassManager), instruction by instruction",
     )
     c.add_argument(
         "--arm",
