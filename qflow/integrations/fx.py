@@ -536,8 +536,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
 
     def _add_dequantize(self, node: fx.Node) -> None:
         if base_name(target_name(node)) in CASTS:  # (weight codes as reals: their scale is applied after)
-            x = node.args[0]
-            dt = dtype_name(val_dtype(x))
+            dt = dtype_name(val_dtype(node.args[0]))
             d = Domain.run_time(dt, f"cast by {node.name}, scaled after the product", *DTYPE_RANGE[dt])
         else:
             d = qdq_domain(node, self.consts)
