@@ -635,7 +635,7 @@ def test_a_pte_whose_folded_integers_changed_after_the_passes_gets_the_programs_
     to a .pte and checked against the unmutated reference, gets the findings the mutated program
     gets in memory — the verdict the mutation tests above measured on the reference kernels."""
     reference, program = pipeline
-    mutants = list(_mutants(program))[::3]
+    mutants, statuses = list(_mutants(program))[::3], []
     for name, i, new in mutants:
         ep = copy.deepcopy(program)
         node = next(n for n in ep.graph.nodes if n.name == name)
@@ -645,7 +645,11 @@ def test_a_pte_whose_folded_integers_changed_after_the_passes_gets_the_programs_
         shipped = qflow.analyze(cortex_m.to_pte(ep), reference=reference)
         label = f"{name} {node.target._schema.arguments[i].name} -> {new}"
         assert (shipped.status, _pte_findings(shipped)) == (in_memory.status, _pte_findings(in_memory)), label
+        statuses.append(shipped.status)
     assert len({name for name, _, _ in mutants}) == 7  # (2 convs, add, 2 avg pools, mul, linear)
+    # (what they are: 8 errors; 3 proved — two avg pool arguments that move codes by at most one, the MVE
+    # linear's input_offset, which kernel_sum carries; 2 unproven activation_min bounds)
+    assert {s: statuses.count(s) for s in set(statuses)} == {"violated": 8, "proved": 3, "unproven": 2}
     [linear] = [n for n in program.graph.nodes if "quantized_linear" in str(n.target)]
     state = {**program.state_dict, **program.constants}
     sig = {s.arg.name: s.target for s in program.graph_signature.input_specs}
