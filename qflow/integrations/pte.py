@@ -107,17 +107,6 @@ class _Builder:
             self.names[idx] = name
         return name
 
-    def tensors(self, args: tuple[int, ...]) -> list[int]:
-        """Tensor value indices among args, TensorList items flattened, in order."""
-        out = []
-        for a in args:
-            ev = self.ev(a)
-            if ev.kind == "Tensor":
-                out.append(a)
-            elif ev.kind in ("TensorList", "OptionalTensorList"):
-                out += [int(i) for i in ev.value if int(i) >= 0 and self.ev(int(i)).kind == "Tensor"]
-        return out
-
     def skip(self, name: str) -> bool:
         return self.dg.value(name).definition.domain_free
 
@@ -184,11 +173,11 @@ class _Builder:
                 if call.kind in ("JumpFalseCall",):
                     raise InputError(f"{call.kind} (control flow) is not supported in a .pte yet", self._where(call))
                 continue
-            tens = self.tensors(call.args)
+            tens = self.plan.tensors(call.args)
             if call.kind == "delegate":  # inputs, then the outputs it writes (never written before)
                 outs = list(dict.fromkeys(t for t in tens if t not in defined))
             else:  # out-variant kernels end with their out arguments, then the same values returned
-                outs = list(dict.fromkeys(self.tensors(call.returned)))
+                outs = list(dict.fromkeys(self.plan.tensors(call.returned)))
             ins = [t for t in dict.fromkeys(tens) if t not in outs]
             if call.kind == "delegate":
                 self.delegate(call, ins, outs)

@@ -108,6 +108,22 @@ class Plan:
     calls: tuple[Call, ...]
     delegates: tuple[Delegate, ...]
 
+    def tensors(self, args: tuple[int, ...]) -> list[int]:
+        """Tensor value indices among `args`, TensorList items flattened, in order."""
+        out = []
+        for a in args:
+            ev = self.value(a)
+            if ev.kind == "Tensor":
+                out.append(a)
+            elif ev.kind in ("TensorList", "OptionalTensorList"):
+                out += [int(i) for i in ev.value if int(i) >= 0 and self.value(int(i)).kind == "Tensor"]
+        return out
+
+    def value(self, i: int) -> EValue:
+        if not 0 <= i < len(self.values):
+            raise InputError(f"plan {self.name}: value index {i} out of range ({len(self.values)} values)")
+        return self.values[i]
+
 
 @dataclass(frozen=True)
 class PteProgram:

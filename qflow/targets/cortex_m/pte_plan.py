@@ -131,17 +131,9 @@ class _Matcher:
             if c.name.startswith("executorch_prim::et_view") and len(c.args) >= 2:
                 self.views[c.args[-1]] = c.args[0]
             else:
-                for k, v in enumerate(self.tensors(c.returned)):
+                for k, v in enumerate(plan.tensors(c.returned)):
                     self.writer[v] = (c.index, k)
         self.replaced: dict[str, torch.Tensor] = {}  # constant placeholder → the .pte's data
-
-    def tensors(self, values: tuple[int, ...]) -> list[int]:
-        """The tensors among `values`, a TensorList's items in order (a kernel returning several)."""
-        out: list[int] = []
-        for v in values:
-            ev = self.ev(v)
-            out += [int(i) for i in ev.value] if ev.kind == "TensorList" else [v] if ev.kind == "Tensor" else []
-        return out
 
     def layout_copy(self, call: Call) -> bool:
         """A dim-order copy the emitter inserted (same dtype in and out: the values kept, only their
