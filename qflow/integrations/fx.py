@@ -643,6 +643,10 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         whose folded integer arguments it checks, e.g. Cortex-M's)?"""
         if self._node_readers is None:
             self._node_readers = [h for t in self._members if (h := t.hook("read_node")) is not None]
+            if self.reference is None and self.form == "qdq" and self.ep is not None:
+                # (a target that rewrites the program in place: what its passes do with it, measured)
+                runs = [h(self.ep) for t in self._members if (h := t.hook("passes_of")) is not None]
+                self.reference = runs[0] if runs else None
         return any(read(self.dg, node, self.consts, self.reference) for read in self._node_readers)
 
     def _computes_on_reals(self, node: fx.Node) -> bool:

@@ -143,7 +143,9 @@ class Target:
         ``read_reference(ep)`` (what a `reference=` program declares, for the reader and the check),
         ``left_without_domain(producer, producer_op, activation) -> str`` (a finding's consequence),
         ``predict_boundaries(program, partitioner, name) -> Report`` (before partitioning),
-        ``read_node(dg, node) -> bool`` (read a kernel the backend emits in place, e.g. Cortex-M's)."""
+        ``read_node(dg, node, consts, reference) -> bool`` (read a kernel the backend emits in place,
+        e.g. Cortex-M's), ``passes_of(ep)`` (before in-place passes: what they do with `ep`, measured
+        by running them; read_node's `reference` for that program)."""
         return None if self.backend is None else importlib.import_module(self.backend)
 
     def hook(self, name: str) -> Callable[..., Any] | None:

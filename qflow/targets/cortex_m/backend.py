@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from qflow.targets.cortex_m.kernels import read_node, read_reference
+from qflow.targets.cortex_m.kernels import PassRun, read_node, read_reference
 
-__all__ = ["left_without_domain", "read_node", "read_partitions", "read_reference", "relower_plan"]
+__all__ = ["left_without_domain", "passes_of", "read_node", "read_partitions", "read_reference", "relower_plan"]
 
 
 def left_without_domain(producer: str, producer_op: str, activation: str) -> str:
@@ -37,3 +37,15 @@ def relower_plan(prog: Any, plan: Any, reference: Any) -> Any:
     from qflow.targets.cortex_m.pte_plan import relower
 
     return relower(prog, plan, reference)
+
+
+def passes_of(ep: Any) -> PassRun:
+    """Before the passes: what `CortexMPassManager` does with `ep`, measured (when first asked) by
+    running it on a copy."""
+
+    def run() -> tuple[Any, Any]:
+        from qflow.targets.cortex_m.pipeline import run_passes
+
+        return ep, run_passes(ep)
+
+    return PassRun(run)

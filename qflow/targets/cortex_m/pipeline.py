@@ -18,6 +18,7 @@ from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPas
 from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
 from executorch.backends.cortex_m.target_config import CortexM, CortexMTargetConfig
 from executorch.exir import EdgeProgramManager, to_edge
+from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from torch.export import ExportedProgram
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -70,6 +71,15 @@ def lower(
     given = edge.exported_program()
     config = CortexMTargetConfig(cpu=CortexM[cpu])
     return given, CortexMPassManager(copy.deepcopy(given), target_config=config).transform()
+
+
+def run_passes(ep: ExportedProgram, cpu: str = "M55") -> ExportedProgram:
+    """A copy of `ep` (a Q/DQ program, ATen or already edge dialect) as `CortexMPassManager`
+    rewrites it for `cpu`."""
+    if any(isinstance(n.target, EdgeOpOverload) for n in ep.graph.nodes):
+        config = CortexMTargetConfig(cpu=CortexM[cpu])
+        return CortexMPassManager(copy.deepcopy(ep), target_config=config).transform()
+    return lower(copy.deepcopy(ep), (), cpu)[1]
 
 
 def to_pte(program: ExportedProgram) -> bytes:
