@@ -363,6 +363,7 @@ class _Builder:
                     self._where(call),
                 )
             read = dict(zip(io.input_args, io.inputs or [], strict=True))
+            self.unread_constants(call_name, d, [i for k, i in enumerate(ins) if k not in read])
             ins = [i for k, i in enumerate(ins) if k in read]
             io.inputs = [read[k] for k in sorted(read)]
         for side, have, want in (("inputs", ins, io.inputs), ("outputs", outs, io.outputs)):
@@ -376,6 +377,18 @@ class _Builder:
             self.delegate_input(call_name, d, k, i, io)
         for k, i in enumerate(outs):
             self.delegate_output(call_name, d, k, i, io)
+
+    def unread_constants(self, call: str, d: Delegate, unread: list[int]) -> None:
+        """Constant tensors the delegate is passed and its payload never reads: what they hold (a
+        weight's scales, a bias) it computes without, and the .pte cannot say whether that matters."""
+        consts = [self.ev(i) for i in unread if self.ev(i).kind == "Tensor" and self.ev(i).constant]
+        if consts:
+            shown = ", ".join(f"{ev.dtype}{list(ev.sizes)}" for ev in consts)
+            why = (f"delegate {d.index} ({d.backend_id}) is passed {len(consts)} constant tensor(s) its payload "
+                   f"never reads ({shown}): it computes without them")  # fmt: skip
+            owner = targets.for_backend(d.backend_id)
+            on = (owner.name,) if owner is not None else ()
+            self.dg.oblige_unbounded(call, "unread constants", "unread-delegate-argument", why, on)
 
     def delegate_input(self, call: str, d: Delegate, k: int, idx: int, io: PayloadIO) -> None:
         fed = self.ev(idx).dtype or "?"

@@ -281,6 +281,18 @@ KINDS: dict[str, Kind] = {
             "(API: `qflow.analyze('model.pte', reference=exported_program_or_pt2_path)`).",
         ),
         Kind(
+            "unread-delegate-argument",
+            "warning",
+            "a delegate is passed a constant tensor its payload never reads",
+            "The program hands a delegate a constant (a weight's scales or zero points, a bias) that the "
+            "backend's payload does not read: the delegate computes without it, and the .pte does not say "
+            "whether it mattered. Measured (ExecuTorch 1.5.1, torchao 0.18): a torchao weight-only linear "
+            "(Int8WeightOnlyConfig, IntxWeightOnlyConfig) lowered to XNNPACK passes its scales to the "
+            "delegate unread and computes 1e2 to 2e11 times off, with no error.",
+            "Check the program the .pte was lowered from (`qflow check` on the exported program names the "
+            "linear), or quantize with a config the backend runs (8da4w / 8da8w on XNNPACK).",
+        ),
+        Kind(
             "real-constant-on-codes",
             "error",
             "an op the target runs on integer codes uses a constant in real units",

@@ -81,12 +81,12 @@ class Report:
         """The verdict, one of `STATUSES`: proved; violated (an obligation is violated or a
         finding is an error); unproven (short of a proof, nothing shown wrong); or
         nothing-quantized (nothing to prove: no quantization found, and every op read)."""
-        if not self.quantized:  # (unless an op qflow cannot read may be the quantizing one)
-            return "unproven" if self.obligations.get("unproven", 0) else "nothing-quantized"
         if self.proved:
             return "proved"
         if self.obligations.get("violated", 0) or any(f.severity == "error" for f in self.findings):
-            return "violated"
+            return "violated"  # (a float program whose delegate reads its bytes as codes included)
+        if not self.quantized and not self.obligations.get("unproven", 0):
+            return "nothing-quantized"  # (unless an op qflow cannot read may be the quantizing one)
         return "unproven"
 
     def fails(self, level: str = "warning") -> bool:
