@@ -170,3 +170,13 @@ def test_an_unread_op_is_never_called_nothing_quantized() -> None:
     assert report.status == "unproven" and not report.proved, str(report)
     assert any(f.kind == "unknown-op" for f in report.findings)
     assert not any("nothing is quantized" in n for n in report.notes)
+
+
+def test_a_violation_in_a_program_with_nothing_quantized_is_violated() -> None:
+    """A float program can still be wrong (a delegate that reads float bytes as codes): the
+    violation decides the verdict, not the absence of quantization."""
+    Report = qflow.Report
+    report = Report(proved=False, findings=[], obligations={"proved": 0, "violated": 1, "unproven": 0}, quantized=False)
+    assert report.status == "violated"
+    assert Report(proved=False, findings=[], obligations={"unproven": 1}, quantized=False).status == "unproven"
+    assert Report(proved=False, findings=[], obligations={}, quantized=False).status == "nothing-quantized"
