@@ -16,14 +16,13 @@ import qflow
 PARAMS = {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 256, "multiple_of": 32}
 
 
-@pytest.fixture(scope="session")
-def tiny_8da4w_pte(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("llm")
+def _export_llm(out: Path, kv_cache: bool) -> Path:
     (out / "params.json").write_text(json.dumps({**PARAMS, "norm_eps": 1e-5}))
+    kv = str(kv_cache).lower()
     cmd = [
         sys.executable, "-m", "executorch.extension.llm.export.export_llm",
         "base.model_class=llama3", f"base.params={out / 'params.json'}",
-        "model.use_kv_cache=true", "model.use_sdpa_with_kv_cache=true", "backend.xnnpack.enabled=true",
+        f"model.use_kv_cache={kv}", f"model.use_sdpa_with_kv_cache={kv}", "backend.xnnpack.enabled=true",
         "quantization.qmode=8da4w", "quantization.group_size=32",
         "export.max_seq_length=64", "export.max_context_length=64",
         f"export.output_dir={out}", "export.output_name=tiny.pte", f"hydra.run.dir={out}",
@@ -31,6 +30,18 @@ def tiny_8da4w_pte(tmp_path_factory) -> Path:
     done = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return out / "tiny.pte"
+
+
+@pytest.fixture(scope="session")
+def tiny_8da4w_pte(tmp_path_factory) -> Path:
+    """With the KV cache and custom SDPA (`llama::custom_sdpa`, `llama::update_cache`)."""
+    return _export_llm(tmp_path_factory.mktemp("llm"), kv_cache=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_8da4w_pte_without_kv_cache(tmp_path_factory) -> Path:
+    """The whole sequence at once: aten SDPA decomposed, no cache state."""
+    return _export_llm(tmp_path_factory.mktemp("llm-nokv"), kv_cache=False)
 
 
 def test_the_8da4w_llm_pte_proves_with_its_quantized_linears_counted(tiny_8da4w_pte) -> None:
@@ -46,3 +57,11 @@ def test_the_cli_exits_0_on_it(tiny_8da4w_pte) -> None:
     done = subprocess.run([sys.executable, "-m", "qflow", "check", str(tiny_8da4w_pte)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "PROVED" in done.stdout
+
+
+def test_the_8da4w_llm_pte_without_kv_cache_proves(tiny_8da4w_pte_without_kv_cache) -> None:
+    report = qflow.analyze(tiny_8da4w_pte_without_kv_cache, target="xnnpack")
+    assert report.status == "proved", str(report)
+    assert not [f for f in report.findings if f.kind in ("unknown-op", "missing-domain")]
+    linears = [f for f in report.findings if f.kind == "rounded-weight-scales"]
+    assert len(linears) == 2 * 7 + 1, [f.node for f in linears]
