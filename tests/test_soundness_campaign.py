@@ -118,6 +118,11 @@ CASES: dict[str, tuple[str, str]] = {
         "miscompile",
         "a hardtanh after a hardtanh fused into a conv that reads a cat of a linear's int32 codes (128 LSB)",
     ),
+    "00158-cm": (
+        "miscompile",
+        "former miss: CortexMPassManager writes a pad's pads for the other layout, so it pads C and W instead of H "
+        "and W (output (1, 7, 2, 3), not (1, 6, 3, 3)); measured before the passes by running them",
+    ),
     # the .pte as shipped (its verdict must be the lowered program's):
     "00300-cm": ("exact", "the emitter inserts a dim-order copy before a sum: a layout change, not a kernel"),
     "00316-cm": ("exact", "a pad checked against the program the passes were given, not the PT2E program"),
@@ -126,7 +131,7 @@ CASES: dict[str, tuple[str, str]] = {
 #: Miscompiles repair does not fix: it inserts requants, and an activation the backend runs on codes
 #: with its real bounds needs its annotation changed instead — it says so (ProofError), never a
 #: silently wrong program.
-UNREPAIRABLE = {"00014-cm", "00015-cm-custom", "00118-cm", "00628-cm", "00872-cm"}
+UNREPAIRABLE = {"00014-cm", "00015-cm-custom", "00118-cm", "00158-cm", "00628-cm", "00872-cm"}
 # Cases where qflow is wrong today (the campaign's open findings).
 KNOWN_WRONG: dict[str, str] = {
     # issue #31: the band is capped at 2 output LSB, so the rounding budget no longer absorbs this
@@ -134,9 +139,6 @@ KNOWN_WRONG: dict[str, str] = {
     "which TOSA's 16-bit multiplier may move, times the sum) and qflow raises no error (proved: the int16 sum was "
     "measured exact alone, 2026-11-25): a miss under the capped band until qflow flags the amplified rounding (or "
     "the cap is argued wider for it)",
-    "00158-cm": "CortexMPassManager writes a pad's pads in NCHW order for an input that is channels-last when it "
-    "runs, so it pads C and W instead of H and W (output shape (1, 7, 2, 3), not (1, 6, 3, 3)): an error after the "
-    "passes (the pad's shape against the program it came from), a miss before them, which do not model layouts",
 }
 
 
@@ -196,13 +198,15 @@ def test_verdict_matches_backend(campaign: Any, cid: str) -> None:
 
 
 def test_a_pad_lowered_for_the_other_layout_is_an_error_after_the_passes(campaign: Any) -> None:
-    """00158-cm (a known miss before the passes): the program CortexMPassManager returns pads C and W where
-    the program it was given pads H and W; read with that program, the pad's shape is an error."""
+    """00158-cm: the program CortexMPassManager returns pads C and W where the program it was given pads
+    H and W; read with that program, the pad's shape is an error (and before the passes, run on a copy)."""
     rec = campaign("00158-cm")
     assert "shape" in str(rec.get("err", {}).get("why")), rec.get("err")  # (the outputs' shapes differ)
     found = [f for f in rec["qflow"]["lowered"]["findings"] if f["severity"] == "error"]
     assert [(f["kind"], f["node"]) for f in found] == [("kernel-argument-mismatch", "cortex_m_pad_default")], found
     assert "pads [1, 6, 2, 2] to [1, 7, 2, 3]" in found[0]["message"]
+    before = [(f["kind"], f["node"]) for f in rec["qflow"]["pre"]["findings"] if f["severity"] == "error"]
+    assert before == [("kernel-argument-mismatch", "pad")], rec["qflow"]["pre"]["findings"]
 
 
 def test_reducer_keeps_specs_valid() -> None:

@@ -135,6 +135,7 @@ class PassRun:
         self._lower = lower
         self._measured = False
         self._left: frozenset[str] | None = None
+        self._pads: dict[str, list[tuple[tuple[int, ...], tuple[int, ...]]]] = {}
 
     def left_on_codes(self) -> frozenset[str] | None:
         """The activations (by their name before the passes) the passes left on codes with their
@@ -146,7 +147,13 @@ class PassRun:
             except Exception:  # noqa: BLE001 (the passes refusing the program: the prediction stands)
                 return None
             self._left = frozenset(_activations_left_on_codes(before, after))
+            self._pads = _pads_lowered(before, after)
         return self._left
+
+    def pads(self, name: str) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | None:
+        """(input shape, output shape) of each `cortex_m.pad` the passes made of node `name`; None
+        when the passes refuse the program."""
+        return None if self.left_on_codes() is None else self._pads.get(name, [])
 
 
 def _activations_left_on_codes(before: Any, after: Any) -> set[str]:
@@ -157,6 +164,16 @@ def _activations_left_on_codes(before: Any, after: Any) -> set[str]:
         if op in _CLAMPS and _left_as_written(n, op) is not None and (origin := _origin(n, names)):
             left.add(origin)
     return left
+
+
+def _pads_lowered(before: Any, after: Any) -> dict[str, list[tuple[tuple[int, ...], tuple[int, ...]]]]:
+    names = {n.name for n in before.graph.nodes}
+    out: dict[str, list[tuple[tuple[int, ...], tuple[int, ...]]]] = {}
+    for n in after.graph.nodes:
+        if target_name(n).startswith("cortex_m.pad") and (origin := _origin(n, names)) is not None:
+            if (shapes := _shapes(n.args[0], n)) is not None:
+                out.setdefault(origin, []).append(shapes)
+    return out
 
 
 def _origin(node: fx.Node, names: set[str]) -> str | None:
@@ -190,12 +207,8 @@ def read_reference(ep: Any) -> Reference:
     activations: dict[str, list[tuple[float, int]]] = {"hardsigmoid": [], "hardswish": []}
     for n in ep.graph.nodes:
         op = base_name(target_name(n)) if n.op == "call_function" else ""
-        if op in ("constant_pad_nd", "avg_pool2d") and (shapes := _shapes(n.args[0], n)) is not None:
-            in_shape, out_shape = shapes
-            if op == "avg_pool2d":  # (count_include_pad: the pass pads H and W by the pool's padding)
-                ph, pw = (list(n.args[3] if len(n.args) > 3 else [0]) * 2)[:2]
-                out_shape = (*in_shape[:-2], in_shape[-2] + 2 * ph, in_shape[-1] + 2 * pw)
-            pads.append((in_shape, out_shape))
+        if (padded := _padded(n, op)) is not None:
+            pads.append(padded)
         if op == "linear" and len(n.args) >= 2:
             weight, zp = codes(n.args[1])
             bias = codes(n.args[2])[0] if len(n.args) > 2 else None
@@ -214,6 +227,22 @@ def read_reference(ep: Any) -> Reference:
     return Reference(
         tuple(linears), tuple(adds), tuple(activations["hardsigmoid"]), tuple(activations["hardswish"]), tuple(pads)
     )
+
+
+def _padded(n: fx.Node, op: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(input shape, padded shape) of a pad the passes make a `cortex_m.pad` of (a constant pad, an
+    avg_pool2d's padding: count_include_pad, so the pass pads H and W by it), logical NCHW order."""
+    if op not in _PADS or (shapes := _shapes(n.args[0], n)) is None:
+        return None
+    in_shape, out_shape = shapes
+    if op == "avg_pool2d":
+        ph, pw = (list(n.args[3] if len(n.args) > 3 else [0]) * 2)[:2]
+        out_shape = (*in_shape[:-2], in_shape[-2] + 2 * ph, in_shape[-1] + 2 * pw)
+    return in_shape, out_shape
+
+
+#: Ops before the passes that they lower to a `cortex_m.pad` (aten.pad stays aten.pad in an exported program).
+_PADS = {"constant_pad_nd", "pad", "avg_pool2d"}
 
 
 def _shapes(src: Any, node: fx.Node) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -236,6 +265,8 @@ def read_node(dg: DomainGraph, node: fx.Node, consts: Consts, reference: Referen
         return True
     if op in _CLAMPS and not name.startswith("cortex_m."):
         _activation_left_on_codes(dg, node, op, reference)  # (an obligation; the node is read as usual)
+    if op in _PADS and isinstance(reference, PassRun) and _marked(node):
+        _pad_as_lowered(dg, node, op, reference)  # (an obligation; the node is read as usual)
     if op == "clamp" and node.meta.get("output_qparams"):
         _clamp(_Kernel(dg, node, consts, reference))
         return True
@@ -474,6 +505,24 @@ def _activation_left_on_codes(dg: DomainGraph, node: fx.Node, op: str, passes: A
     dg.oblige(
         Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind="real-constant-on-codes",
                    holds=not bad.any(), arg=op, detail=detail + ".")
+    )  # fmt: skip
+
+
+def _pad_as_lowered(dg: DomainGraph, node: fx.Node, op: str, passes: PassRun) -> None:
+    """Before the passes: the `cortex_m.pad` they make of this pad must pad the shape it pads
+    (its pads are in memory order: written for the other layout they pad other dimensions,
+    measured, campaign case 00158-cm). Measured by running the passes."""
+    padded = _padded(node, op)
+    lowered = passes.pads(node.name)
+    if padded is None or padded[0] == padded[1] or not lowered:
+        return
+    bad = [out for inp, out in lowered if (inp, out) != padded]
+    shown = " and ".join(f"{list(i)} to {list(o)}" for i, o in lowered) or "nothing"
+    dg.oblige(
+        Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind="kernel-argument-mismatch",
+                   holds=not bad, arg="pads",
+                   detail=(f"{node.name} ({op}) pads {list(padded[0])} to {list(padded[1])}; the cortex_m.pad "
+                           f"CortexMPassManager makes of it (measured: the passes were run on a copy) pads {shown}."))
     )  # fmt: skip
 
 
