@@ -463,6 +463,36 @@ def test_an_unfused_activation_after_a_kernel_clamps_codes_to_its_real_bounds() 
         assert "[0, 0.5] as written" in error.message
 
 
+class PooledLinearRelu(nn.Module):
+    """A relu after an avg_pool2d of a linear (campaign case 00628-cm): the pool keeps the linear's
+    int32 codes when the activation passes run, so the relu stays on them with its real bound."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(nn.functional.avg_pool2d(self.fc(x), 2))
+
+
+@torch.no_grad()
+def test_whether_the_passes_leave_an_activation_on_codes_is_measured_by_running_them(tmp_path, capsys) -> None:
+    """No table of producers predicted this one; qflow runs the passes on a copy before them, also for a
+    saved .pt2 (which its fast reader reads without the real program) through the CLI."""
+    torch.manual_seed(0)
+    samples = [(torch.randn(1, 2, 4, 4),) for _ in range(3)]
+    converted = cortex_m.quantize(PooledLinearRelu().eval(), samples)
+    given, program = cortex_m.lower(converted, samples[0])
+    for x in samples:  # measured: 3 output LSB (the codes between the zero point and 0 become 0)
+        assert float((cortex_m.run(program, x)[0] - converted(*cortex_m.channels_last(x))).abs().max()) > 0.04
+    exported = torch.export.export(converted, cortex_m.channels_last(samples[0]))
+    [error] = qflow.analyze(exported, target="cortex-m").errors
+    assert (error.kind, error.node) == ("real-constant-on-codes", "relu") and "measured" in error.message
+    torch.export.save(exported, tmp_path / "m.pt2")
+    assert main(["check", str(tmp_path / "m.pt2"), "--target", "cortex-m"]) == 1
+    assert "real-constant-on-codes at relu" in capsys.readouterr().out
+
+
 class SubRelu(nn.Module):
     """sub → relu, annotated together by CortexMQuantizer; `shared`: the relu's output domain is the
     stack's, whose zero point is above qmin, so ActivationFusionPass declines to fuse it."""

@@ -44,8 +44,11 @@ def passes_of(ep: Any) -> PassRun:
     running it on a copy."""
 
     def run() -> tuple[Any, Any]:
+        from qflow.ir.load import load_program
         from qflow.targets.cortex_m.pipeline import run_passes
 
-        return ep, run_passes(ep)
+        path = getattr(ep, "path", None)  # (qflow's fast .pt2 reader: the passes need the real program)
+        program = load_program(path) if path is not None else ep
+        return program, run_passes(program)
 
     return PassRun(run)
