@@ -16,14 +16,14 @@ import qflow
 PARAMS = {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 256, "multiple_of": 32}
 
 
-def _export_llm(out: Path, kv_cache: bool) -> Path:
+def _export_llm(out: Path, kv_cache: bool, qmode: str = "8da4w") -> Path:
     (out / "params.json").write_text(json.dumps({**PARAMS, "norm_eps": 1e-5}))
     kv = str(kv_cache).lower()
     cmd = [
         sys.executable, "-m", "executorch.extension.llm.export.export_llm",
         "base.model_class=llama3", f"base.params={out / 'params.json'}",
         f"model.use_kv_cache={kv}", f"model.use_sdpa_with_kv_cache={kv}", "backend.xnnpack.enabled=true",
-        "quantization.qmode=8da4w", "quantization.group_size=32",
+        f"quantization.qmode={qmode}", "quantization.group_size=32",
         "export.max_seq_length=64", "export.max_context_length=64",
         f"export.output_dir={out}", "export.output_name=tiny.pte", f"hydra.run.dir={out}",
     ]  # fmt: skip
@@ -57,6 +57,21 @@ def test_the_cli_exits_0_on_it(tiny_8da4w_pte) -> None:
     done = subprocess.run([sys.executable, "-m", "qflow", "check", str(tiny_8da4w_pte)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "PROVED" in done.stdout
+
+
+@pytest.fixture(scope="session")
+def tiny_int8_pte(tmp_path_factory) -> Path:
+    """qmode=int8 (weight-only): measured, nothing is delegated and the weights are float32 codes."""
+    return _export_llm(tmp_path_factory.mktemp("llm-int8"), kv_cache=True, qmode="int8")
+
+
+def test_the_int8_weight_only_llm_pte_is_a_quantized_program_computed_in_float(tiny_int8_pte) -> None:
+    """It used to be "nothing quantized": every linear's float32 weight holds int8 codes, and a constant
+    per-channel scale multiplies its output (the dequantize, realised in float)."""
+    report = qflow.analyze(tiny_int8_pte)
+    assert report.status == "proved", str(report)
+    found = [f for f in report.findings if f.kind == "float-weight-codes"]
+    assert len(found) == 2 * 7 + 1 and all(f.severity == "info" for f in found), [f.node for f in found]
 
 
 def test_the_8da4w_llm_pte_without_kv_cache_proves(tiny_8da4w_pte_without_kv_cache) -> None:

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from executorch.exir import to_edge
 
 import qflow
 from qflow.cli import main
@@ -389,3 +390,32 @@ def test_a_tosa_payload_is_handed_to_the_artifact_validator_with_the_programs_an
     assert seen["partition_activations"] is False  # a .pte has no partition program
     r = qflow.analyze(dg)
     assert [(f.node, f.status) for f in r.findings] == [("delegate_0/tosa#0", "violated")]  # the only one
+
+
+class WeightOnlyInFloat(nn.Module):
+    """A weight-only int8 linear whose cast was constant-folded: integer codes as float32 weights, each
+    output channel scaled after the product (what `export_llm` with qmode=int8 writes), or not."""
+
+    def __init__(self, scaled: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(32, 16, bias=False)
+        self.fc.weight.data = torch.randint(-128, 128, (16, 32)).float()
+        self.register_buffer("scale", torch.rand(16) * 1e-2 if scaled else None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        return y * self.scale if self.scale is not None else y
+
+
+@pytest.mark.parametrize("scaled", [True, False])
+def test_float_weight_codes_on_the_cpu_are_never_nothing_quantized(scaled: bool) -> None:
+    torch.manual_seed(0)
+    x = (torch.randn(2, 32),)
+    buffer = to_edge(torch.export.export(WeightOnlyInFloat(scaled).eval(), x)).to_executorch().buffer
+    report = qflow.analyze(buffer)
+    [finding] = [f for f in report.findings if f.kind == "float-weight-codes"]
+    assert "all int8 codes" in finding.message
+    if scaled:  # the dequantize, realised in float after the product
+        assert report.status == "proved" and finding.severity == "info", str(report)
+    else:  # where the scales went, the .pte cannot say
+        assert report.status == "unproven" and finding.severity == "warning", str(report)

@@ -30,6 +30,7 @@ from qflow import targets
 from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
+from qflow.integrations import pte_weight_codes
 from qflow.ir.payload_io import PayloadIO, PayloadSite
 from qflow.ir.pte_program import ITEMSIZE, SCALAR_TYPES, Call, Delegate, EValue, Plan, PteProgram, is_pte, read_pte
 from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify, code_sources
@@ -191,6 +192,7 @@ class _Builder:
             written.update({m: t for t in outs if (m := self.ev(t).memory) is not None and t in self.names})
         for pending in self.anchored:
             self.check_payload(*pending)
+        pte_weight_codes.check(self.prog, self.plan, self.dg, self.names)
         self.dg.settle_inputs("integer program input")
         return self.dg
 

@@ -293,6 +293,18 @@ KINDS: dict[str, Kind] = {
             "linear), or quantize with a config the backend runs (8da4w / 8da8w on XNNPACK).",
         ),
         Kind(
+            "float-weight-codes",
+            "info",
+            "a weight-only quantized layer a .pte computes in float",
+            "A linear / mm / convolution on the CPU multiplies by a float32 constant whose values are all "
+            "int8 (or int4) codes: the weight-only quantization's cast was constant-folded (ExecuTorch's LLM "
+            "export with qmode=int8 delegates none of it, measured 2026-11-26), so the .pte stores 4 bytes per "
+            "code and computes in float. A constant per-channel scale multiplying the output realises the "
+            "dequantize (info); with no scale after the product the finding is a warning: unproven.",
+            "Nothing to fix if the size is acceptable; for int8 weights that run on integer kernels lower "
+            "with a config the backend delegates (8da4w / 8da8w on XNNPACK).",
+        ),
+        Kind(
             "real-constant-on-codes",
             "error",
             "an op the target runs on integer codes uses a constant in real units",

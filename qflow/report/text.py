@@ -44,7 +44,9 @@ def _domain(d: dict[str, Any] | None) -> str:
     if d.get("dtype", "").startswith("float") and "scale" not in d:
         return d["dtype"]
     scale = d.get("scale")
-    if isinstance(scale, list):
+    if d.get("params") and not scale:  # (scales known at run time only: what holds them)
+        s = f"run-time qparams ({d['params']})"
+    elif isinstance(scale, list):
         s = f"per-channel(axis={d.get('axis')}, {len(scale)} ch)"
     else:
         s = f"scale={scale:.6g} zp={d.get('zero_point')}"
