@@ -253,8 +253,9 @@ def _shapes(src: Any, node: fx.Node) -> tuple[tuple[int, ...], tuple[int, ...]] 
     return tuple(int(d) for d in a.shape), tuple(int(d) for d in b.shape)
 
 
-def read_node(dg: DomainGraph, node: fx.Node, consts: Consts, reference: Reference | None) -> bool:
-    """Read `node` if it is a kernel this backend emits (True), else leave it (False)."""
+def read_node(dg: DomainGraph, node: fx.Node, consts: Consts, reference: Reference | PassRun | None) -> bool:
+    """Read `node` if it is a kernel this backend emits (True), else leave it (False). `reference`:
+    after the passes, what the program they were given declares; before them, their measured run."""
     name = target_name(node)
     op = base_name(name)
     if name.startswith("cortex_m.") and op in _READERS:
