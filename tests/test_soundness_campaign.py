@@ -123,6 +123,11 @@ CASES: dict[str, tuple[str, str]] = {
         "former miss: CortexMPassManager writes a pad's pads for the other layout, so it pads C and W instead of H "
         "and W (output (1, 7, 2, 3), not (1, 6, 3, 3)); measured before the passes by running them",
     ),
+    "01099-cm-custom": (
+        "miscompile",
+        "former miss: hardtanh(0, 6) -> requant -> clamp(-1, 1) round trip; Cortex-M keeps two clamps, each bounded "
+        "in its own output domain, so the hardtanh's bound 0 is applied to the other domain's codes (70 LSB)",
+    ),
     # the .pte as shipped (its verdict must be the lowered program's):
     "00300-cm": ("exact", "the emitter inserts a dim-order copy before a sum: a layout change, not a kernel"),
     "00316-cm": ("exact", "a pad checked against the program the passes were given, not the PT2E program"),

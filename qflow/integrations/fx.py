@@ -242,7 +242,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         if self.form in ("qdq", "folded"):
             self._oblige_skipped_requants()
         if self._carry and not self.target.members and self.target.outcome is Outcome.MISCOMPILE:
-            masked.let_go(self.gm, self.dg)
+            masked.let_go(self.gm, self.dg, self.target.fuses_consecutive_clamps)
         return self.dg
 
     def _oblige_skipped_requants(self) -> None:
@@ -454,7 +454,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         source = upstream.source if upstream else x.name
         if actual is None or actual == d:
             return source, ""
-        carried, why, reached = copy_chains.carry(q, x, actual, d, upstream, sources, self._single_copy)
+        fuse = self.target.fuses_consecutive_clamps
+        carried, why, reached = copy_chains.carry(q, x, actual, d, upstream, sources, self._single_copy, fuse)
         if carried is None:
             return source, f"It is not cancelled further down: {why}."
         self._carried[q.name] = carried

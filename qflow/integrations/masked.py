@@ -63,7 +63,7 @@ def constant_value(lo: float | None, hi: float | None, d: Domain) -> float | Non
     return None
 
 
-def constants(candidates: list[fx.Node], domain_of: dict[str, Domain]) -> list[Constant]:
+def constants(candidates: list[fx.Node], domain_of: dict[str, Domain], fuse_clamps: bool = True) -> list[Constant]:
     """The standalone activations that read a DQ and are constant over its dtype.
 
     A clamp the target fuses with a neighbour (into a conv's rescale, or with
@@ -77,7 +77,8 @@ def constants(candidates: list[fx.Node], domain_of: dict[str, Domain]) -> list[C
             continue
         q = dq.args[0] if isinstance(dq.args[0], fx.Node) else None
         prev = q.args[0] if q is not None and is_quantize(q) and isinstance(q.args[0], fx.Node) else None
-        if fuses_into_next_clamp(node) or (prev is not None and activations.bounds(prev) is not None):
+        fused_with_prev = fuse_clamps and prev is not None and activations.bounds(prev) is not None
+        if fuses_into_next_clamp(node, fuse_clamps) or fused_with_prev:
             continue
         if prev is not None and base_name(target_name(prev)) in activations.PRODUCERS:
             continue
@@ -101,9 +102,10 @@ def _dead(gm: fx.GraphModule, stops: set[fx.Node]) -> set[str]:
     return {n.name for n in gm.graph.nodes if n not in live and n.op == "call_function"}
 
 
-def let_go(gm: fx.GraphModule, dg: DomainGraph) -> None:
+def let_go(gm: fx.GraphModule, dg: DomainGraph, fuse_clamps: bool = True) -> None:
     """Replace the maskable obligations behind constant activations by one
-    info finding per activation (a structural obligation that holds)."""
+    info finding per activation (a structural obligation that holds).
+    `fuse_clamps`: the target makes consecutive activations one clamp."""
     domain_of: dict[str, Domain] = {}
     quantizes: set[str] = set()
     acts: set[str] = set()
@@ -119,7 +121,7 @@ def let_go(gm: fx.GraphModule, dg: DomainGraph) -> None:
     if not acts:
         return
     nodes = [n for n in gm.graph.nodes if n.name in acts]
-    for c in constants(nodes, domain_of):
+    for c in constants(nodes, domain_of, fuse_clamps):
         dead = _dead(gm, {c.node})
         region = {domain_of[n].dtype for n in dead if n in quantizes}  # weights and biases keep their dtypes
         if region - {c.domain.dtype}:

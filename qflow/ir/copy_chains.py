@@ -99,12 +99,12 @@ def _sole_user(node: fx.Node) -> fx.Node | None:
     return next(iter(node.users)) if len(node.users) == 1 else None
 
 
-def fuses_into_next_clamp(x: fx.Node) -> bool:
+def fuses_into_next_clamp(x: fx.Node, fuse: bool = True) -> bool:
     """Arm's FuseConsecutiveClampsPass: an activation whose quantize → dequantize
     feed only another activation becomes one clamp with the second's output
     qparams; the requant between them is dropped and its bounds are quantized
-    in the second's output domain."""
-    if activations.bounds(x) is None:
+    in the second's output domain. `fuse`: does the target do that at all?"""
+    if not fuse or activations.bounds(x) is None:
         return False
     q = _sole_user(x)
     dq = _sole_user(q) if q is not None and is_quantize(q) else None
@@ -112,11 +112,11 @@ def fuses_into_next_clamp(x: fx.Node) -> bool:
     return nxt is not None and activations.bounds(nxt) is not None and nxt.args[0] is dq
 
 
-def fused_bounds(x: fx.Node) -> tuple[float | None, float | None] | None:
+def fused_bounds(x: fx.Node, fuse: bool = True) -> tuple[float | None, float | None] | None:
     """The bounds of activation `x` composed with those of the activations fused into it."""
     b = activations.bounds(x)
-    if b is None:
-        return None
+    if b is None or not fuse:
+        return b
     lo, hi = b
     dq = x.args[0]
     q = dq.args[0] if isinstance(dq, fx.Node) and is_dequantize(dq) else None
@@ -187,7 +187,9 @@ def readers_and_clamps(q: fx.Node, copies: CopiesCodes) -> tuple[list[str], floa
     return reached, lo, hi
 
 
-def value_range(x: fx.Node, actual: Domain, upstream: Carry | None, sources: list[fx.Node]) -> tuple[float, float]:
+def value_range(
+    x: fx.Node, actual: Domain, upstream: Carry | None, sources: list[fx.Node], fuse: bool = True
+) -> tuple[float, float]:
     """The real values copy `x` passes on: A's range, cut by the clamps before it and its own."""
     if upstream is not None:
         lo, hi = upstream.lo, upstream.hi
@@ -197,7 +199,7 @@ def value_range(x: fx.Node, actual: Domain, upstream: Carry | None, sources: lis
         for dq in sources:  # Q(activation(...)) → DQ → x: the activation's bounds hold
             q = dq.args[0] if is_dequantize(dq) else None
             prev = q.args[0] if isinstance(q, fx.Node) and is_quantize(q) else None
-            b = fused_bounds(prev) if isinstance(prev, fx.Node) else None
+            b = fused_bounds(prev, fuse) if isinstance(prev, fx.Node) else None
             s_lo = a_lo if b is None or b[0] is None else max(a_lo, b[0])
             s_hi = a_hi if b is None or b[1] is None else min(a_hi, b[1])
             lo, hi = min(lo, s_lo), max(hi, s_hi)
@@ -214,11 +216,11 @@ def _grid_inside(a: Domain, b: Domain) -> bool:
     return k >= 1 - 1e-9 and abs(k - round(k)) <= 1e-6 * k
 
 
-def _bound_codes_agree(x: fx.Node, actual: Domain, declared: Domain) -> str | None:
+def _bound_codes_agree(x: fx.Node, actual: Domain, declared: Domain, fuse: bool) -> str | None:
     """An activation's bounds quantized in `declared`, applied to codes in `actual`: a reason if wrong."""
-    if fuses_into_next_clamp(x):
+    if fuses_into_next_clamp(x, fuse):
         return None  # its bounds are quantized with the next activation's (checked there)
-    b = fused_bounds(x)
+    b = fused_bounds(x, fuse)
     if b is None:
         return None
     for v, side in ((b[0], "lower"), (b[1], "upper")):
@@ -241,19 +243,21 @@ def carry(
     upstream: Carry | None,
     sources: list[fx.Node],
     copies: CopiesCodes,
+    fuse_clamps: bool = True,
 ) -> tuple[Carry | None, str, list[str]]:
     """Is the requant `actual` → `declared` that the fold of quantize `q` into
     copy `x` drops cancelled further down? (the Carry, or None and why not;
-    the quantizes that take the codes on)"""
+    the quantizes that take the codes on). `fuse_clamps`: the target makes
+    consecutive activations one clamp (`Target.fuses_consecutive_clamps`)."""
     if actual.per_channel or declared.per_channel or actual.is_float or declared.is_float:
         return None, "a per-channel or float domain", []
     walk = readers_and_clamps(q, copies)
     if walk is None:
         return None, f"the codes are read as {declared}", []
     reached, down_lo, down_hi = walk
-    if (why := _bound_codes_agree(x, actual, declared)) is not None:
+    if (why := _bound_codes_agree(x, actual, declared, fuse_clamps)) is not None:
         return None, f"{x.name} clamps the codes in {actual}, but {why}", reached
-    lo, hi = value_range(x, actual, upstream, sources)
+    lo, hi = value_range(x, actual, upstream, sources, fuse_clamps)
     keep_lo, keep_hi = max(lo, down_lo), min(hi, down_hi)
     b_lo, b_hi = real_range(declared)
     if keep_lo <= keep_hi and (b_lo > keep_lo or b_hi < keep_hi):

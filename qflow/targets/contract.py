@@ -88,6 +88,10 @@ class Target:
     #: change (XNNPACK: campaign case 00041, DQ → clamp → max_pool2d → Q into
     #: another domain, exact on the runtime).
     float_unless_qdq: bool = False
+    #: Two activations with only a requant between them become one clamp whose bounds are quantized
+    #: in the second's output domain (Arm's FuseConsecutiveClampsPass); False: each stays its own
+    #: clamp, its bounds quantized in its own output domain (Cortex-M: campaign case 01099-cm-custom).
+    fuses_consecutive_clamps: bool = True
     #: Ops the partitioner delegates only with at least this many distinct
     #: tensor inputs; with fewer the op runs on the CPU in float (XNNPACK's
     #: CatConfig: ``len(node.all_input_nodes) >= 2``; campaign case 00077,

@@ -37,6 +37,9 @@ TARGET = Target(
     # The passes fold (FoldAndAnnotateQParamsPass) only nodes CortexMQuantizer marked quantized; an
     # unmarked op stays between a dequantize and a quantize, in float on the portable kernels.
     lowers_only_marked=("_arm_annotation_info", "quantized"),
+    # hardtanh → requant → clamp stays two clamps on codes, each bounded in its own output domain
+    # (measured: 01099-cm-custom, the program CortexMPassManager returns; 70 LSB when read as one).
+    fuses_consecutive_clamps=False,
     backend="qflow.targets.cortex_m.backend",
     # Stock CortexMQuantizer single-op programs measured within 1 output LSB of the fake-quantized
     # model on the reference kernels (benchmarks/contracts.json, 2026-11-25); `convolution` is the
