@@ -22,7 +22,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("analysis", (r"qflow\.analysis",)),
     ("ir toolkit", (r"qflow\.ir(\..+)?",)),
     ("backends", (r"qflow\.targets\.[a-z_]+\..+",)),
-    ("readers", (r"qflow\.integrations(\.(fx|fx_[a-z_]+|annotated|masked|duplicate_users|pte|rewrite|arm|xnnpack))?",)),
+    (
+        "readers",
+        (
+            r"qflow\.integrations(\.(fx|fx_[a-z_]+|annotated|masked|duplicate_users|pte|pte_[a-z_]+|rewrite|arm|xnnpack))?",
+        ),
+    ),
     ("surface", (r"qflow", r"qflow\.(api|cli|__main__)", r"qflow\.integrations\..+", r"qflow\.examples(\..+)?")),
 )
 
