@@ -44,8 +44,9 @@ def tiny_8da4w_pte_without_kv_cache(tmp_path_factory) -> Path:
     return _export_llm(tmp_path_factory.mktemp("llm-nokv"), kv_cache=False)
 
 
-def test_the_8da4w_llm_pte_proves_with_its_quantized_linears_counted(tiny_8da4w_pte) -> None:
-    report = qflow.analyze(tiny_8da4w_pte, target="xnnpack")
+@pytest.mark.parametrize("pte", ["tiny_8da4w_pte", "tiny_8da4w_pte_without_kv_cache"])
+def test_the_8da4w_llm_pte_proves_with_its_quantized_linears_counted(pte: str, request) -> None:
+    report = qflow.analyze(request.getfixturevalue(pte), target="xnnpack")
     assert report.status == "proved", str(report)
     assert not [f for f in report.findings if f.kind in ("unknown-op", "missing-domain")]
     # every linear of the two layers and the head: int4 per-group weights, bf16 scales in the payload
@@ -72,11 +73,3 @@ def test_the_int8_weight_only_llm_pte_is_a_quantized_program_computed_in_float(t
     assert report.status == "proved", str(report)
     found = [f for f in report.findings if f.kind == "float-weight-codes"]
     assert len(found) == 2 * 7 + 1 and all(f.severity == "info" for f in found), [f.node for f in found]
-
-
-def test_the_8da4w_llm_pte_without_kv_cache_proves(tiny_8da4w_pte_without_kv_cache) -> None:
-    report = qflow.analyze(tiny_8da4w_pte_without_kv_cache, target="xnnpack")
-    assert report.status == "proved", str(report)
-    assert not [f for f in report.findings if f.kind in ("unknown-op", "missing-domain")]
-    linears = [f for f in report.findings if f.kind == "rounded-weight-scales"]
-    assert len(linears) == 2 * 7 + 1, [f.node for f in linears]
