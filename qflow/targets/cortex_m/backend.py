@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from qflow.ir.load import load_program
 from qflow.targets.cortex_m.kernels import PassRun, read_node, read_reference
 
 __all__ = ["left_without_domain", "passes_of", "read_node", "read_partitions", "read_reference", "relower_plan"]
@@ -44,7 +45,6 @@ def passes_of(ep: Any) -> PassRun:
     running it on a copy."""
 
     def run() -> tuple[Any, Any]:
-        from qflow.ir.load import load_program
         from qflow.targets.cortex_m.pipeline import run_passes
 
         path = getattr(ep, "path", None)  # (qflow's fast .pt2 reader: the passes need the real program)
