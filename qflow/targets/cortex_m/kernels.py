@@ -135,7 +135,7 @@ class PassRun:
         self._lower = lower
         self._measured = False
         self._left: frozenset[str] | None = None
-        self._pads: dict[str, list[tuple[tuple[int, ...], tuple[int, ...]]]] = {}
+        self._pads: dict[str, list[tuple[tuple[int, ...], ...]]] = {}
 
     def left_on_codes(self) -> frozenset[str] | None:
         """The activations (by their name before the passes) the passes left on codes with their
@@ -146,8 +146,7 @@ class PassRun:
                 before, after = self._lower()
             except Exception:  # noqa: BLE001 (the passes refusing the program: the prediction stands)
                 return None
-            self._left = frozenset(_activations_left_on_codes(before, after))
-            self._pads = _pads_lowered(before, after)
+            self._left, self._pads = _read_run(before, after)
         return self._left
 
     def pads(self, name: str) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | None:
@@ -156,24 +155,20 @@ class PassRun:
         return None if self.left_on_codes() is None else self._pads.get(name, [])
 
 
-def _activations_left_on_codes(before: Any, after: Any) -> set[str]:
+def _read_run(before: Any, after: Any) -> tuple[frozenset[str], dict[str, list[tuple[tuple[int, ...], ...]]]]:
+    """(the activations left on codes, each pad's `cortex_m.pad` shapes), by their names before the passes."""
     names = {n.name for n in before.graph.nodes}
-    left = set()
+    left: set[str] = set()
+    pads: dict[str, list[tuple[tuple[int, ...], ...]]] = {}
     for n in after.graph.nodes:
-        op = base_name(target_name(n)) if n.op == "call_function" else ""
-        if op in _CLAMPS and _left_as_written(n, op) is not None and (origin := _origin(n, names)):
+        if n.op != "call_function" or (origin := _origin(n, names)) is None:
+            continue
+        op = base_name(target_name(n))
+        if op in _CLAMPS and _left_as_written(n, op) is not None:
             left.add(origin)
-    return left
-
-
-def _pads_lowered(before: Any, after: Any) -> dict[str, list[tuple[tuple[int, ...], tuple[int, ...]]]]:
-    names = {n.name for n in before.graph.nodes}
-    out: dict[str, list[tuple[tuple[int, ...], tuple[int, ...]]]] = {}
-    for n in after.graph.nodes:
-        if target_name(n).startswith("cortex_m.pad") and (origin := _origin(n, names)) is not None:
-            if (shapes := _shapes(n.args[0], n)) is not None:
-                out.setdefault(origin, []).append(shapes)
-    return out
+        elif target_name(n).startswith("cortex_m.pad") and (shapes := _shapes(n.args[0], n)) is not None:
+            pads.setdefault(origin, []).append(shapes)
+    return frozenset(left), pads
 
 
 def _origin(node: fx.Node, names: set[str]) -> str | None:
