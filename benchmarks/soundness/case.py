@@ -80,6 +80,95 @@ def spanning_input(samples: list[Inputs], seed: int) -> Inputs:
     return tuple(out)
 
 
+#: Test inputs beyond the samples: values each input's quantization domain holds that the samples may not
+#: reach. The most quantized values pushed to their extremes per case (chosen by its seed), and the steps.
+STRESS_VALUES = 8
+STRESS_STEPS = 12
+
+
+def _input_ranges(converted: torch.fx.GraphModule, tests: list[Inputs]) -> list[tuple[float, float]]:
+    """Per input, the reals its quantize can hold without saturating ([lo, hi] of the tests' values for an
+    input no per-tensor quantize reads)."""
+    ranges = [(min(float(x.min()) for x in xs), max(float(x.max()) for x in xs)) for xs in zip(*tests, strict=True)]
+    for i, ph in enumerate(n for n in converted.graph.nodes if n.op == "placeholder"):
+        for q in ph.users:
+            if _is_quantize(q) and all(isinstance(a, (int, float)) for a in q.args[1:5]):
+                scale, zp, qmin, qmax = (float(a) for a in q.args[1:5])
+                ranges[i] = ((qmin - zp) * scale, (qmax - zp) * scale)
+    return ranges
+
+
+class _Unrounded(torch.fx.Interpreter):
+    """The converted program with each quantize / dequantize as its affine map (no rounding, no clamp), so
+    a gradient reaches the inputs; keeps the values of `watch`."""
+
+    def __init__(self, gm: torch.fx.GraphModule, watch: torch.fx.Node) -> None:
+        super().__init__(gm)
+        self.watch, self.value = watch, None
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if _is(n, "quantize_per_tensor"):  # (and dequantize_per_tensor)
+            x, scale, zp = (self.env[a] if isinstance(a, torch.fx.Node) else a for a in n.args[:3])
+            out = x / scale + zp if _is_quantize(n) else (x.float() - zp) * scale
+        else:
+            out = super().run_node(n)
+        if n is self.watch:
+            self.value = out
+        return out
+
+
+def domain_inputs(converted: torch.fx.GraphModule, tests: list[Inputs], seed: int) -> list[Inputs]:  # noqa: C901
+    """Test inputs over the whole range each input's quantization domain holds — a program must compute right
+    on every value it was quantized to accept, not only on the calibration samples' range (measured: a
+    clamp on codes wrong for inputs in [-0.76, 0], an input domain of [-2.65, 0] and samples below -0.76).
+
+    One input uniform over those ranges, then, for up to STRESS_VALUES quantized values of the program
+    (drawn by `seed`, whatever qflow says), the inputs that push each to its largest and smallest: signed
+    gradient steps on the program without rounding, from the uniform input, kept inside the ranges. Chosen
+    from the program and the seed alone: no verdict of qflow steers them."""
+    ranges = _input_ranges(converted, tests)
+    gen = torch.Generator().manual_seed(seed + 2)
+
+    def inside(xs: list[torch.Tensor]) -> Inputs:  # each input's dtype and layout kept
+        return tuple(
+            t.clone().copy_(torch.clamp(x, lo, hi)) if t.is_floating_point() else t
+            for t, x, (lo, hi) in zip(tests[0], xs, ranges, strict=True)
+        )
+
+    uniform = inside(
+        [torch.rand(t.shape, generator=gen) * (b - a) + a for t, (a, b) in zip(tests[0], ranges, strict=True)]
+    )
+    values = list(
+        dict.fromkeys(
+            q.args[0]
+            for q in converted.graph.nodes
+            if _is_quantize(q) and isinstance(q.args[0], torch.fx.Node) and q.args[0].op != "placeholder"
+        )
+    )
+    values = random.Random(seed).sample(values, min(len(values), STRESS_VALUES))
+    out = [uniform]
+    for node in values:
+        for sign in (1.0, -1.0):
+            xs = list(uniform)
+            for k in range(STRESS_STEPS):
+                xs = [x.detach().requires_grad_(x.is_floating_point()) for x in xs]
+                run = _Unrounded(converted, node)
+                run.run(*xs)
+                if not isinstance(run.value, torch.Tensor) or not run.value.is_floating_point():
+                    break
+                goal = run.value.max() if sign > 0 else -run.value.min()
+                grads = torch.autograd.grad(goal, [x for x in xs if x.requires_grad], allow_unused=True)
+                it = iter(grads)
+                step = 0.25 * 0.7**k
+                xs = [
+                    x + step * (hi - lo) * g.sign() if x.requires_grad and (g := next(it)) is not None else x
+                    for x, (lo, hi) in zip(xs, ranges, strict=True)
+                ]
+                xs = list(inside([x.detach() for x in xs]))
+            out.append(inside([x.detach() for x in xs]))
+    return out
+
+
 def case_id(index: int, variant: str | None = None) -> str:
     """`00012-arm-pc`: the generator seed and the quantization variant."""
     return f"{index:05d}-{variant or VARIANTS[index % len(VARIANTS)]}"
@@ -292,6 +381,10 @@ def run_backend(variant: str, edge: Any, inputs: Inputs) -> list[torch.Tensor]:
 
 def _is(node: torch.fx.Node, name: str) -> bool:
     return node.op == "call_function" and name in str(node.target)
+
+
+def _is_quantize(node: torch.fx.Node) -> bool:
+    return _is(node, "quantize_per_tensor") and not _is(node, "dequantize")
 
 
 def output_grids(converted: torch.fx.GraphModule, tests: list[Inputs]) -> list[dict[str, float | None]]:
@@ -621,6 +714,13 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
         rec["time"]["total"] = round(time.perf_counter() - t0, 3)
         return dict(rec)
     rec["overrides"] = sink.get("overrides")
+    stage("inputs")
+    try:
+        extra = _timed(rec, "inputs", lambda: domain_inputs(converted, tests, seed=index))
+    except Exception as e:  # noqa: BLE001 - the samples still judge the case
+        extra, rec["inputs_error"] = [], _err(e)
+    rec["inputs"] = {"samples": len(tests), "domain": len(extra)}
+    tests = tests + extra
     with torch.no_grad():
         want = [_as_list(converted(*x)) for x in tests]
     grids = output_grids(converted, tests)
@@ -748,6 +848,9 @@ def _lower_and_run(
     rec["_got"] = got
     cmp = compare(got, want, grids)
     rec[prefix + "outcome"] = cmp.pop("truth")
+    n = rec.get("inputs", {}).get("samples", len(tests))
+    if not prefix and n < len(tests):  # the samples' inputs alone: how many cases the domain inputs decide
+        rec["err_samples"] = compare(got[:n], want[:n], grids)
     rec[prefix + "err"] = cmp
     return edge, partitions
 

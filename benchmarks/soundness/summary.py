@@ -277,12 +277,29 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
         "",
     ]
     ran = [r for r in recs if r.get("outcome") in ("exact", "marginal", "miscompile")]
+    by_domain = [
+        r
+        for r in ran
+        if "err_samples" in r and truth(r) == "miscompile" and judge(r, r["err_samples"])["truth"] == "exact"
+    ]
     lines += [
         f"Truth: an output is exact when its error is within its band, at most {CAP_LSB:g} output LSB "
         "(README: the rules); otherwise a miscompile, the former `marginal` ones included. "
         f"{len(ran)} cases ran on the backend; {sum(judge(r).get('capped', False) for r in ran)} of them have their "
         "judged output's band capped (the upstream grids alone would have allowed more).",
         "",
+    ]
+    if any("err_samples" in r for r in ran):
+        flagged = sum(verdict(r) == "error" for r in by_domain)
+        lines += [
+            f"Inputs: the samples, and inputs over the whole range of each input's quantization domain "
+            f"(`case.domain_inputs`). {len(by_domain)} miscompiles compute right on the samples' inputs alone "
+            f"({flagged} of them flagged before partitioning: "
+            + (", ".join(f"`{r['id']}`" for r in by_domain) or "none")
+            + ").",
+            "",
+        ]
+    lines += [
         "| form | miscompiles | misses | of which *proved* | of which formerly marginal "
         "| of which within the FQ tie sensitivity | exact | false alarms |",
         "|---|---|---|---|---|---|---|---|",
