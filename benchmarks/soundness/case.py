@@ -539,6 +539,20 @@ def rounding_budget(gm: torch.fx.GraphModule, tests: list[Inputs]) -> list[float
     return worst or []
 
 
+def direct_outputs(gm: torch.fx.GraphModule) -> dict[str, int]:
+    """Node → the index of the program output that is its own requantized value (node → quantize → dequantize
+    → output): there the error measured at the output is in the LSB of the node's requant, so it can be held
+    against a bound qflow reports at the node (issue #27: measured error ≤ bound)."""
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    out = list(out) if isinstance(out, (tuple, list)) else [out]
+    found: dict[str, int] = {}
+    for k, dq in enumerate(out):
+        q = dq.args[0] if isinstance(dq, torch.fx.Node) and _is(dq, "dequantize_per_tensor") else None
+        if isinstance(q, torch.fx.Node) and _is_quantize(q) and isinstance(q.args[0], torch.fx.Node):
+            found.setdefault(q.args[0].name, k)
+    return found
+
+
 def compare(
     got: list[list[torch.Tensor]], want: list[list[torch.Tensor]], grids: list[dict[str, float | None]]
 ) -> dict[str, Any]:
@@ -732,6 +746,7 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
         _qflow(rec, "annotated", lambda: analyze(sink["annotated"], target))
     stage("qflow_pre")
     pre = _qflow(rec, "pre", lambda: analyze(copy.deepcopy(exported), target))
+    rec["output_of"] = direct_outputs(exported.graph_module)
     rec["verdict"] = rec["qflow"]["pre"]["verdict"]
     # lower and run
     lowered = _lower_and_run(rec, "", variant, exported, tests, want, grids)

@@ -289,6 +289,15 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
         "judged output's band capped (the upstream grids alone would have allowed more).",
         "",
     ]
+    checked = [r for r in ran if bound_check(r) is not None]
+    if checked:
+        over = [r for r in checked if bound_exceeded(r)]
+        lines += [
+            f"Bounds (issue #27): {len(checked)} flagged cases have one error whose bound is at a node whose "
+            f"requantized value is an output; the measured error there exceeds the bound + half an LSB + the band "
+            f"on {len(over)}" + (": " + ", ".join(f"`{r['id']}`" for r in over) if over else "") + ".",
+            "",
+        ]
     if any("err_samples" in r for r in ran):
         flagged = sum(verdict(r) == "error" for r in by_domain)
         lines += [
@@ -480,6 +489,26 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
     return "\n".join(lines) + "\n"
 
 
+def bound_check(r: dict[str, Any], form: str = "pre") -> tuple[str, float, float] | None:
+    """(node, the bound qflow reported + half an LSB + the output's band, the measured error) for a case with
+    one error finding that carries a bound (`bound_lsb`, output LSB before rounding) at a node whose own
+    requantized value is a program output (`output_of`, from the program alone), on a case that ran; else
+    None. The measured error above it is a soundness bug of the bound (issue #27)."""
+    errors = [f for f in (r.get("qflow", {}).get(form) or {}).get("findings", []) if f.get("severity") == "error"]
+    if len(errors) != 1 or errors[0].get("bound_lsb") is None or r.get("outcome") not in ("exact", "miscompile"):
+        return None
+    k = (r.get("output_of") or {}).get(errors[0]["node"])
+    outputs, grids = (r.get("err") or {}).get("outputs") or [], r.get("grids") or []
+    if k is None or k >= len(outputs) or k >= len(grids):
+        return None
+    return errors[0]["node"], errors[0]["bound_lsb"] + 0.5 + band(grids[k])[0], outputs[k]["lsb"]
+
+
+def bound_exceeded(r: dict[str, Any], form: str = "pre") -> bool:
+    c = bound_check(r, form)
+    return c is not None and c[2] > c[1] + EPS
+
+
 def failures(recs: list[dict[str, Any]], max_false_alarm_pct: float) -> list[str]:
     """What breaks the campaign's promise (issue #31's rules), one line each."""
     out = []
@@ -491,6 +520,9 @@ def failures(recs: list[dict[str, Any]], max_false_alarm_pct: float) -> list[str
                     f"soundness miss ({form}): {r['id']} ({verdict(r, form)}, {j.get('lsb', 0):.1f} LSB > band "
                     f"{j.get('band', CAP_LSB):g}{', was ' + r['outcome'] if r.get('outcome') != 'miscompile' else ''})"
                 )
+        if bound_exceeded(r):
+            node, allowed, lsb = bound_check(r)  # type: ignore[misc]
+            out.append(f"bound exceeded (pre): {r['id']} at {node}: measured {lsb:.1f} LSB > bound {allowed:.1f}")
         stage = crash_stage(r)
         if stage:
             out.append(f"crash in {stage}: {r['id']}: {r.get('error') or (r.get('repair') or {}).get('error')}")
