@@ -81,6 +81,9 @@ for _names, _cls in (
         _TABLE[_n] = _cls
 _TABLE["executorch_call_delegate"] = OpClass.DELEGATE
 
+#: dtype casts (a cast changes a tensor's dtype, not its values).
+CASTS = frozenset({"to", "_to_copy", "_to_dim_order_copy"})
+
 #: Higher-order control flow: the op runs subgraphs (cond's two branches, while_loop's
 #: condition and body) passed to it as graph-module attributes.
 CONTROL_FLOW = frozenset({"cond", "while_loop"})

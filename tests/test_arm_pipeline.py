@@ -140,3 +140,76 @@ def test_a_qdq_program_with_stale_fold_annotations_is_still_read_as_qdq() -> Non
     assert before.form == after.form == "qdq"
     assert after.status == before.status == "unproven"
     assert {f.kind for f in after.findings} == {f.kind for f in before.findings} >= {"unvalidated-lowering"}
+
+
+# -- the Arm suite's torch_functions models (models/test_torch_functions.py): sizes and factory ops ---------
+
+
+@pytest.fixture(scope="module")
+def arange_program():
+    """The suite's `arange` case: x + arange(0, 10, 2) as float. The Arm quantizer annotates the arange's
+    cast as int32 codes of scale 1, then requantizes it to int8; to_edge folds it all into one constant."""
+    import torch
+
+    from qflow.targets.arm import pipeline as arm
+
+    class AddArange(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.arange(0, 10, 2).to(torch.float32)
+
+    x = (torch.rand(1),)
+    ep = torch.export.export(arm.quantize(AddArange(), x), x, strict=True)
+    with arm.capture_after() as partitions:
+        edge = arm.lower(ep, x)
+    return ep, partitions, edge, x
+
+
+def test_a_factory_op_cast_to_codes_is_proved_in_every_form(arange_program) -> None:
+    """Measured on the TOSA reference model: the lowered program equals the fake-quantized one. qflow proves
+    the cast of the arange (plain integers, no domain) before partitioning, in the folded partition
+    (integers as their own int32 codes of scale 1) and in the TOSA artifact (the pre-computed constant is
+    the arange's codes in the int8 domain the requant after it declares)."""
+    import torch
+
+    from qflow.targets.arm import pipeline as arm
+
+    ep, partitions, edge, x = arange_program
+    for xi in (x, (torch.zeros(1),), (torch.ones(1),)):
+        assert torch.equal(arm.run_tosa_reference(edge, xi)[0], ep.module()(*xi))
+    reports = [qflow.analyze(ep, target="arm-tosa"), *(qflow.analyze(p, target="arm-tosa") for p in partitions)]
+    reports.append(qflow.analyze(edge, target="arm-tosa", reference=ep))
+    assert len(reports) == 3 and all(r.status == "proved" for r in reports), "\n".join(map(str, reports))
+
+
+def test_a_constant_with_other_codes_is_not_anchored(arange_program, monkeypatch) -> None:
+    """The pre-computed constant is anchored only when its codes are the arange's in that domain: when the
+    PT2E computation says another value (2 → 3), the artifact check cannot say what it holds."""
+    from qflow.targets.arm import tosa_constants
+
+    ep, _, edge, _ = arange_program
+    real = tosa_constants._evaluate
+    monkeypatch.setattr(tosa_constants, "_evaluate", lambda p, n: None if (v := real(p, n)) is None else v + (v == 2))
+    report = qflow.analyze(edge, target="arm-tosa", reference=ep)
+    assert report.status == "unproven" and "reference-needed" in {f.kind for f in report.findings}, str(report)
+
+
+def test_a_size_carries_no_domain() -> None:
+    """The suite's `nonzero` case: export writes `sym_size` and `torch._check` comparisons on it for the
+    data-dependent size; they are sizes, not unknown ops (nothing is quantized: the suite sets no IO
+    quantization)."""
+    import torch
+
+    from qflow.targets.arm import pipeline as arm
+
+    class NonZero(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nonzero(x)
+
+    x = (torch.rand(1, 6, 16, 16),)
+    quantizer = arm.default_quantizer()
+    quantizer.set_io(None)
+    ep = torch.export.export(arm.quantize(NonZero(), x, quantizer=quantizer), x, strict=True)
+    assert any("sym_size" in str(n.target) for n in ep.graph.nodes)
+    for program in (ep, arm.lower(ep, x)):
+        report = qflow.analyze(program, target="arm-tosa")
+        assert report.status == "nothing-quantized" and not report.findings, str(report)

@@ -44,6 +44,7 @@ from qflow.ir.fx_nodes import (
     detect_form,
     dtype_name,
     is_float,
+    is_shape_scalar,
     module_path,
     numel_of,
     qdq_domain,
@@ -52,7 +53,16 @@ from qflow.ir.fx_nodes import (
     tensor_args,
     val_dtype,
 )
-from qflow.ops import CONTROL_FLOW, MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name, classify, code_sources
+from qflow.ops import (
+    CASTS,
+    CONTROL_FLOW,
+    MULTI_INPUT_IDENTITY,
+    SELECT_INPUTS,
+    OpClass,
+    base_name,
+    classify,
+    code_sources,
+)
 from qflow.targets import OpRule, Target
 from qflow.targets import get as get_target
 from qflow.targets.contract import STRICTNESS, Outcome
@@ -63,9 +73,8 @@ FORMS = ("qdq", "folded", "lowered")
 _FLOAT_FACT = float_fact()
 
 
-#: dtype casts, and the integer dtypes a weight's codes are stored in (a cast of one to float is
-#: torchao's int8 weight-only dequantize, `_casts_weight_codes`)
-CASTS = frozenset({"to", "_to_copy", "_to_dim_order_copy"})
+#: the integer dtypes a weight's codes are stored in (a cast of one to float is torchao's int8
+#: weight-only dequantize, `_casts_weight_codes`)
 WEIGHT_CODES = frozenset({"int4", "int8", "uint8", "int16"})
 
 
@@ -223,9 +232,12 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         return self._op_class(node) in (OpClass.PASSTHROUGH, OpClass.UNKNOWN)
 
     def _domain_free(self, node: fx.Node) -> bool:
-        """Index, mask and shape tensors carry no quantization domain."""
-        dt = val_dtype(node)
-        return dt in DOMAIN_FREE_DTYPES and self._op_class(node) not in (OpClass.QUANTIZE, OpClass.DEQUANTIZE)
+        """Index, mask and shape tensors, sizes, and what a factory op makes (`arange`: real numbers,
+        whatever their dtype) carry no quantization domain."""
+        cls = self._op_class(node)
+        if (node.op == "call_function" and cls is OpClass.CONSTANT) or is_shape_scalar(node):
+            return True
+        return val_dtype(node) in DOMAIN_FREE_DTYPES and cls not in (OpClass.QUANTIZE, OpClass.DEQUANTIZE)
 
     # -- build -------------------------------------------------------------------
     def build(self) -> DomainGraph:
@@ -285,8 +297,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
             return
         # (_domain_free, with the class at hand)
         free = dt in DOMAIN_FREE_DTYPES and cls is not OpClass.QUANTIZE and cls is not OpClass.DEQUANTIZE
-        if free or cls is OpClass.CONSTANT:
-            why = "factory op" if cls is OpClass.CONSTANT else f"{dtype_name(dt)} tensor"
+        if free or cls is OpClass.CONSTANT or is_shape_scalar(node):
+            why = "factory op" if cls is OpClass.CONSTANT else f"{dtype_name(dt)} tensor" if free else "size"
             self._value(node, cls, Definition(DefKind.FREE, reason=f"domain-free {why}"))
             return
         if cls is OpClass.DELEGATE:

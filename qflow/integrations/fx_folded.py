@@ -8,8 +8,8 @@ from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
 from qflow.graph import Definition, DefKind, float_fact
 from qflow.ir import activations
-from qflow.ir.fx_nodes import arg_label, is_float, quant_args_domain, tensor_args, val_dtype
-from qflow.ops import OpClass
+from qflow.ir.fx_nodes import arg_label, dtype_name, is_float, quant_args_domain, target_name, tensor_args, val_dtype
+from qflow.ops import CASTS, OpClass, base_name
 from qflow.targets import OpRule
 
 
@@ -52,6 +52,8 @@ class FoldedReading:
                 self._value(node, cls, d)
             if declared and not (first := declared[min(declared)]).is_float:  # (what the backend lowers next)
                 self._oblige_measured(node, first.dtype)
+        elif out is not None and self._integers_as_codes(node, out):
+            self._value(node, cls, Definition(DefKind.FACT, out, real=False))
         else:
             self._add_unknown(node, out)
             return
@@ -67,6 +69,24 @@ class FoldedReading:
                 self._use(a, node, arg_label(i, j), FLOAT, True)
             else:
                 self.dg.add_use(a.name, node.name, arg_label(i, j))
+
+    def _integers_as_codes(self, node: fx.Node, out: Domain) -> bool:
+        """A cast of integer data no domain covers (an `arange`) whose output the fold marked quantized with
+        scale 1 and zero point 0 (the Arm quantizer's annotation of integer tensors): each integer is its own
+        code, in range, so the codes are exactly the values the program asks for."""
+        x = node.args[0] if node.args else None
+        dt = val_dtype(x) if isinstance(x, fx.Node) else None
+        return (
+            base_name(target_name(node)) in CASTS
+            and isinstance(x, fx.Node)
+            and self._domain_free(x)
+            and dt is not None
+            and not dt.is_floating_point
+            and out.scale == 1.0
+            and out.zero_point == 0
+            and out.dtype == "int32"
+            and dtype_name(dt) in ("int32", "int16", "int8", "uint8", "bool")
+        )
 
     def _add_narrowed(self, node: fx.Node, cls: OpClass, out: Domain) -> None:
         """A compute op whose output_qparams narrow the code range (an activation

@@ -21,6 +21,21 @@ from qflow.ops import OpClass, base_name, classify
 DOMAIN_FREE_DTYPES = frozenset({torch.int64, torch.bool, torch.uint16, torch.uint32, torch.uint64})
 
 
+#: Ops whose output is a size of their tensor argument, never its values.
+SHAPE_OPS = frozenset({"sym_size", "sym_numel", "sym_stride", "sym_storage_offset"})
+
+
+def is_shape_scalar(node: fx.Node) -> bool:
+    """A scalar (an int, a SymInt / SymBool) that is a size of a tensor (`aten.sym_size`), or computed from such
+    scalars only (the ``torch._check`` comparisons `export` writes for a data-dependent size): no domain."""
+    val = node.meta.get("val")
+    if node.op != "call_function" or isinstance(val, torch.Tensor) or val is None:
+        return False
+    if base_name(target_name(node)) in SHAPE_OPS:
+        return True
+    return bool(node.all_input_nodes) and all(is_shape_scalar(a) for a in node.all_input_nodes)
+
+
 def target_name(node: fx.Node) -> str:
     """Canonical string of an FX target: ``aten.cat.default``,
     ``quantized_decomposed.quantize_per_tensor.default``, ``operator.getitem``."""

@@ -27,7 +27,7 @@ import torch
 from torch import fx
 
 from qflow.domain import Domain
-from qflow.ir.fx_nodes import Consts, constant_nodes, target_name
+from qflow.ir.fx_nodes import Consts, constant_nodes, qdq_domain, target_name
 from qflow.ops import OpClass, classify
 from qflow.targets.arm.tosa_flatbuffer import TosaOp, TosaProgram
 from qflow.targets.arm.tosa_interpreter import Anchors, Interpreter
@@ -107,15 +107,36 @@ def _anchor_folded(prog: TosaProgram, anchors: Anchors, ep: Any) -> None:
 
 
 def _codes_domain(ep: Any, node: str, anchors: Anchors, data: np.ndarray) -> Domain | None:
-    """`node`'s declared output domain when its PT2E computation, quantized there, has `data`'s codes."""
-    d = anchors.node_out.get(node)
-    if d is None or d.per_channel or not isinstance(d.scale, float):
-        return None
+    """`node`'s declared output domain — or that of a requant right after it, which the pass folds in too (an
+    `arange` cast to int32 codes of scale 1, requantized to int8) — when its PT2E computation, quantized
+    there, has `data`'s codes."""
     value = _evaluate(ep, node)
     if value is None:
         return None
-    codes = np.clip(np.round(value / d.scale) + d.zero_point, d.qmin, d.qmax)
-    return d if content_key(codes) == content_key(data) else None
+    consts = Consts(ep.graph_module, ep)
+    for n in _requant_chain(ep, node):
+        d = anchors.node_out.get(n.name) if n.name == node else qdq_domain(n, consts)
+        if d is None or d.per_channel or not isinstance(d.scale, float):
+            continue
+        codes = np.clip(np.round(value / d.scale) + d.zero_point, d.qmin, d.qmax)
+        if content_key(codes) == content_key(data):
+            return d
+    return None
+
+
+def _requant_chain(ep: Any, name: str) -> list[fx.Node]:
+    """Node `name`, then each quantize that follows it through nodes that are the only user of the one before
+    and are quantizes or dequantizes."""
+    n = next((n for n in ep.graph.nodes if n.name == name), None)
+    chain = [n] if n is not None else []
+    while n is not None and len(n.users) == 1:
+        n = next(iter(n.users))
+        cls = classify(target_name(n)) if n.op == "call_function" else None
+        if cls is OpClass.QUANTIZE:
+            chain.append(n)
+        elif cls is not OpClass.DEQUANTIZE:
+            break
+    return chain
 
 
 def _constant_nodes(ep: Any, anchors: Anchors) -> list[str]:
