@@ -172,6 +172,8 @@ CASES: tuple[Case, ...] = (
     Case("rsqrt", "rsqrt", _f(torch.rsqrt), positive=True),
     Case("reciprocal", "reciprocal", _f(torch.reciprocal), positive=True),
     Case("bmm", "bmm", _f(torch.bmm), ((2, 8, 16), (2, 16, 8))),
+    Case("pow(2)", "pow", _f(lambda x: x**2)),
+    Case("elu", "elu", _f(F.elu)),
     # transformer ops (issue #30): norms, gated activations, masks, attention
     Case("layer_norm", "layer_norm", lambda: torch.nn.LayerNorm(8)),
     Case("rms_norm", "rms_norm", lambda: torch.nn.RMSNorm(8)),
