@@ -144,6 +144,12 @@ KNOWN_WRONG: dict[str, str] = {
     "which TOSA's 16-bit multiplier may move, times the sum) and qflow raises no error (proved: the int16 sum was "
     "measured exact alone, 2026-11-25): a miss under the capped band until qflow flags the amplified rounding (or "
     "the cap is argued wider for it)",
+    # found by the domain inputs (2026-11-26): the int16 clamp a requant declares, which the backend skips
+    "00110-arm-a16w8": "reduced: a16w8 conv3x3 -> sub(constant). Arm lowers the int16 conv's output RESCALE straight "
+    "to the sub's int32 operand (CONV2D int48 -> RESCALE int32 -> SUB), so the conv's result is never clamped to the "
+    "int16 range its requant declares: an input in its domain whose conv result leaves that range is 2513 output LSB "
+    "off. qflow proves it before partitioning and in the TOSA artifact: domains carry scale and zero point, not the "
+    "saturation a requant performs",
 }
 
 
