@@ -83,7 +83,8 @@ def read_partitions(read: Any) -> Any:
 
 
 def skipped_requants(gm: Any, consts: Any, folded: bool) -> list[Any]:
-    """The requants the Arm backend skips between two int32-computed ops (`rescale_fusion`)."""
-    from qflow.targets.arm.rescale_fusion import skipped_requants as find
+    """The requants the Arm backend skips: between two int32-computed ops (`rescale_fusion`) and
+    after an int16 conv an int32-computed op reads (`conv_widening`)."""
+    from qflow.targets.arm import conv_widening, rescale_fusion
 
-    return find(gm, consts, folded)
+    return rescale_fusion.skipped_requants(gm, consts, folded) + conv_widening.skipped_requants(gm, consts, folded)

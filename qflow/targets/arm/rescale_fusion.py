@@ -37,22 +37,33 @@ _SHIFT = {"int8": 20, "int16": 12}
 
 @dataclass(frozen=True)
 class SkippedRequant:
-    """`consumer` reads `producer`'s int32 result where the program declares it rounded to `domain`."""
+    """`consumer` reads `producer`'s result where the program declares it rounded to `domain`;
+    `instead` says what the backend hands it instead, and which pass made it so."""
 
     producer: str
     consumer: str
     arg: int
     domain: Domain
+    instead: str
 
     @property
     def detail(self) -> str:
         return (
-            f"{self.consumer} reads {self.producer} in {self.domain}, but the Arm backend computes both on int32 "
-            f"and its FuseConsecutiveRescalesPass removes the rescale pair between them (their scales compose to "
-            f"1.0): {self.consumer} reads {self.producer}'s exact result, not rounded to that domain (up to half "
-            "an LSB off) nor clamped to its range (any amount off when the result leaves it); qflow does not "
-            "bound what that does to the output"
+            f"{self.consumer} reads {self.producer} in {self.domain}, but {self.instead}: not rounded to that domain "
+            "(up to half an LSB off) nor clamped to its range (any amount off when the result leaves it); qflow "
+            "does not bound what that does to the output"
         )
+
+
+def _fused_pair(producer: str, consumer: str, arg: int, domain: Domain) -> SkippedRequant:
+    return SkippedRequant(
+        producer,
+        consumer,
+        arg,
+        domain,
+        "the Arm backend computes both on int32 and its FuseConsecutiveRescalesPass removes the rescale pair "
+        f"between them (their scales compose to 1.0): {consumer} reads {producer}'s exact int32 result",
+    )
 
 
 def _input_scales(op: str, scales: list[float], dtype: str) -> list[float] | None:
@@ -141,5 +152,5 @@ def skipped_requants(gm: fx.GraphModule, consts: Consts, folded: bool) -> list[S
                 continue
             have = _output_scale(p_op, [float(x.scale) for x in p_doms], p_doms[0].dtype)  # type: ignore[arg-type]
             if have is not None and abs(have / want - 1.0) < 1e-6:
-                found.append(SkippedRequant(p.name, c.name, k, d))
+                found.append(_fused_pair(p.name, c.name, k, d))
     return found

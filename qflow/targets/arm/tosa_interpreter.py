@@ -405,26 +405,51 @@ class Interpreter:
         return self.checks
 
     def _skipped_requant(self, op: TosaOp) -> None:
-        """An int32-computed op reading another one's result with no RESCALE between them: the Arm
-        backend's FuseConsecutiveRescalesPass removed the pair that rounds and clamps that result to
-        its declared 8/16-bit domain (`rescale_fusion`). Unproven: qflow does not bound the effect.
+        """An int32-computed op reading a result no RESCALE brought to its declared 8/16-bit domain:
+        another int32 op's (the Arm backend's FuseConsecutiveRescalesPass removed the pair that
+        rounds and clamps it, `rescale_fusion`) or a conv's accumulator rescaled straight to int32
+        (RewriteConvPass's int16 fork, `conv_widening`). Unproven: qflow does not bound the effect.
         (A sum over several dims is one PT2E op that Arm decomposes into a chain of REDUCE_SUMs.)"""
         for i in dict.fromkeys(op.inputs):
-            p = self._prod.get(i)
-            t = self.p.tensors.get(i)
-            if p is None or t is None or t.dtype != "INT32" or p.op not in _INT32_ARITHMETIC:
+            src = self._unnarrowed_source(i)
+            if src is None or src.op == op.op == "REDUCE_SUM":
                 continue
-            if p.op == op.op == "REDUCE_SUM" or not self._rescaled(p):
-                continue
+            if src.op in _INT32_ARITHMETIC:
+                how = (
+                    f"the int32 result of {src.op} #{src.index}: the Arm backend's FuseConsecutiveRescalesPass removed "
+                    "the rescales that round and clamp it"
+                )
+            else:
+                how = (
+                    f"the accumulator of {src.op} #{src.index} rescaled straight to int32 (the Arm backend's "
+                    "RewriteConvPass forks int16 convs this way): the rescale that rounds and clamps it is skipped"
+                )
             self.check(
                 op,
                 None,
-                f"{op.op} #{op.index} reads {i}, the int32 result of {p.op} #{p.index}, directly: the Arm backend's "
-                "FuseConsecutiveRescalesPass removed the rescales that round and clamp it to its declared 8/16-bit "
-                "domain, so it computes on a value up to half an LSB off that domain (more where the clamp would "
-                "have cut); qflow does not bound what that does to the output",
+                f"{op.op} #{op.index} reads {i}, {how} to its declared 8/16-bit domain, so it computes on a value up "
+                "to half an LSB off that domain (more where the clamp would have cut); qflow does not bound what "
+                "that does to the output",
                 kind="skipped-requant",
             )
+
+    def _unnarrowed_source(self, name: str) -> TosaOp | None:
+        """The op whose quantized result the int32 tensor `name` carries without it ever having been
+        narrowed to 8/16 bits: int32 arithmetic on rescaled codes, or a CONV / MATMUL accumulator
+        rescaled to int32 — reached through copies and int32 → int32 rescales only."""
+        for _ in range(16):
+            t, p = self.p.tensors.get(name), self._prod.get(name)
+            if t is None or t.dtype != "INT32" or p is None or not p.inputs:
+                return None
+            if p.op in _INT32_ARITHMETIC:
+                return p if self._rescaled(p) else None
+            src = self._prod.get(p.inputs[0])
+            if p.op == "RESCALE" and src is not None and (src.op in _CONV or src.op == "MATMUL"):
+                return src
+            if p.op not in _COPY and p.op != "RESCALE":
+                return None
+            name = p.inputs[0]
+        return None
 
     def _rescaled(self, op: TosaOp, depth: int = 8) -> bool:
         """Does `op` compute on codes a RESCALE brought to int32 (directly or through other int32
