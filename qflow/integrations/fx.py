@@ -19,6 +19,7 @@ a lowered program (`fx_delegates`), and control-flow subgraphs (`fx_control_flow
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -264,8 +265,17 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         for t in self._members:
             find = t.hook("skipped_requants")
             for s in find(self.gm, self.consts, self.form == "folded") if find is not None else ():
-                if s.consumer in self.dg.g:
+                if s.consumer not in self.dg.g:
+                    continue
+                if s.moves is None:
                     self.dg.oblige_unbounded(s.consumer, f"operand {s.arg}", "skipped-requant", s.detail, (t.name,))
+                    continue
+                lsb = s.moves_lsb + 1.0  # the backend rounds once where the program rounds twice
+                self.dg.oblige(
+                    Obligation(ObligationKind.STRUCTURAL, s.consumer, s.consumer, finding_kind="skipped-clamp",
+                               holds=False, targets=(t.name,), detail=s.detail,
+                               bound=bounds.Bound(lsb, math.ceil(lsb)))
+                )  # fmt: skip
 
     def _value(self, node: fx.Node, op_class: OpClass, d: Definition, claim: Domain | None = None) -> None:
         meta = node.meta

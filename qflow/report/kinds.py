@@ -238,11 +238,27 @@ KINDS: dict[str, Kind] = {
             "both: the consumer reads the exact int32 result, never rounded to the producer's declared domain "
             "nor clamped to its range. Up to half an LSB there, more where the clamp would have cut, and a "
             "steep op after it multiplies that (measured: x + c into a LayerNorm, 3-7 output LSB off the "
-            "fake-quantized model on the TOSA reference model). qflow does not bound it: the program is "
-            "unproven there.",
+            "fake-quantized model on the TOSA reference model). With int16 activations RewriteConvPass does "
+            "the same after a conv: an op computed on int32 reads the conv's accumulator rescaled straight to "
+            "int32. qflow does not bound it: the program is unproven there.",
             "Give the producer's output a domain whose scale differs from what the consumer rescales its "
             "operand to (the fusion needs the two to compose to exactly 1.0), or put a pass-through op between "
             "them; or accept the deviation if your tolerance allows it.",
+        ),
+        Kind(
+            "skipped-clamp",
+            "error",
+            "a requant's clamp the backend skips, on inputs that drive the value past it",
+            "With int16 activations (a16w8) the Arm backend's RewriteConvPass (ExecuTorch 1.5.1) feeds an op "
+            "it computes on int32 (add, sub, sum, mean, abs, maximum / minimum, the comparisons, a LayerNorm's "
+            "decomposition) straight from a conv's INT48 accumulator: the int16 requant the program declares "
+            "after the conv, and its clamp to the int16 range, never happen there. qflow reports this error "
+            "when it proves the clamp matters: the conv reads a program input, so the inputs of that domain "
+            "drive it past the range exactly, and the op adds or subtracts a constant and is itself an output "
+            "(measured: conv3x3 → sub, 1629 output LSB off the fake-quantized model on the TOSA reference "
+            "model). Elsewhere the same fork is `skipped-requant`, unproven.",
+            "Give the conv an output range its inputs cannot leave, or keep the conv's consumer at int8; "
+            "or accept the backend's unclamped (closer to float) value if your tolerance allows it.",
         ),
         Kind(
             "table-interpolation",

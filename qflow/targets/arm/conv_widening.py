@@ -8,13 +8,18 @@ saturating at its range — never happens on that path, so an input whose conv r
 calibrated range makes the consumer compute on a value the fake-quantized program never sees
 (soundness campaign 00110-arm-a16w8, `conv3x3 → sub`: 2513 output LSB on the TOSA reference model).
 
-Measured on the TOSA flatbuffer (tests/test_conv_widening.py): the fork happens for add, sub, abs,
-maximum, sum, mean and the layer_norm decomposition, directly or through a view or permute; not for
-mul (int16 × int16), a fused relu, cat, conv1d nor linear (lowered as a conv between views).
+Measured on the TOSA flatbuffer (tests/test_conv_widening.py, and by hand for the rest): the fork
+happens for add, sub, mul, abs, maximum / minimum, the comparisons, sum, mean and the layer_norm and
+softmax decompositions, directly or through a view, flatten, transpose or permute; not after a fused
+relu, through a cat, for conv1d, nor for linear (lowered as a conv between views). (A conv times a
+per-channel constant never gets here: FoldScalarMulIntoConvPass folds it before quantization.)
 """
 
 from __future__ import annotations
 
+import math
+
+import torch
 import torch.fx as fx
 
 from qflow.domain import Domain
@@ -22,10 +27,14 @@ from qflow.ir.fx_nodes import Consts, qdq_domain, quant_args_domain, target_name
 from qflow.ops import OpClass, base_name, classify
 from qflow.targets.arm.rescale_fusion import SkippedRequant
 
+#: a deviation of at most this many output LSB may be rounding (the backend rounds once where the
+#: program rounds twice); beyond it the skipped clamp alone moves the output
+_ROUNDING_LSB = 2.0
+
 #: ops whose Arm lowering rescales an int16 operand to int32 (InsertRescaleInt32Pass, or a
-#: decomposition into such ops); mul reads int16 operands as they are
+#: decomposition into such ops)
 WIDENED_BY = frozenset(
-    """add add_ sub sub_ rsub sum mean abs maximum minimum eq ge gt le lt ne layer_norm native_layer_norm
+    """add add_ sub sub_ rsub mul mul_ sum mean abs maximum minimum eq ge gt le lt ne layer_norm native_layer_norm
     group_norm native_group_norm rms_norm var var_mean std softmax _softmax log_softmax _log_softmax""".split()
 )
 #: shape ops RewriteConvPass looks through (the fork sits before the layout permute)
@@ -85,6 +94,40 @@ class _Reader:
             )
         return d is not None and not d.is_float and d.dtype == "int16"
 
+    def real(self, a: object) -> torch.Tensor | None:
+        """The real values of a constant operand (a literal, a float constant, or a dequantized one)."""
+        if isinstance(a, (int, float)):
+            return torch.tensor(float(a))
+        if not isinstance(a, fx.Node):
+            return None
+        if classify(target_name(a)) is OpClass.DEQUANTIZE and isinstance(a.args[0], fx.Node):
+            codes, d = self.consts.tensor(a.args[0]), qdq_domain(a, self.consts)
+            if codes is None or d.is_float or d.opaque:
+                return None
+            scale, zp = torch.tensor(d.scale, dtype=torch.float64), torch.tensor(d.zero_point, dtype=torch.float64)
+            if d.per_channel:
+                shape = [1] * codes.dim()
+                shape[d.axis or 0] = -1
+                scale, zp = scale.reshape(shape), zp.reshape(shape)
+            return (codes.to(torch.float64) - zp) * scale
+        t = self.consts.tensor(a)
+        return t.to(torch.float64) if t is not None and t.is_floating_point() else None
+
+    def user_input_domain(self, conv: fx.Node) -> Domain | None:
+        """The conv input's domain when the input is the program's own: then every element takes
+        every value of the domain, independently, and the conv's reach is exact."""
+        a = conv.args[0]
+        if self.folded or not isinstance(a, fx.Node) or classify(target_name(a)) is not OpClass.DEQUANTIZE:
+            return None
+        q = a.args[0]
+        if not isinstance(q, fx.Node) or classify(target_name(q)) is not OpClass.QUANTIZE:
+            return None
+        x = q.args[0]
+        if not isinstance(x, fx.Node) or x.op != "placeholder" or self.consts.tensor(x) is not None:
+            return None
+        d = qdq_domain(a, self.consts)
+        return None if d.is_float or d.per_channel else d
+
     def conv_behind(self, a: object) -> fx.Node | None:
         """The int16 conv `a` reads, directly or through views only."""
         n = self.source(a)
@@ -111,6 +154,7 @@ def skipped_requants(gm: fx.GraphModule, consts: Consts, folded: bool) -> list[S
             d = read.operand_domain(c, k) if conv is not None else None
             if conv is None or d is None:
                 continue
+            moves = clamp_moves_output(conv, c, k, read)
             found.append(
                 SkippedRequant(
                     conv.name,
@@ -119,6 +163,115 @@ def skipped_requants(gm: fx.GraphModule, consts: Consts, folded: bool) -> list[S
                     d,
                     f"with int16 activations the Arm backend's RewriteConvPass feeds {c.name} from {conv.name}'s "
                     "INT48 accumulator, rescaled straight to int32",
+                    moves=moves[0] if moves else None,
+                    moves_lsb=moves[1] if moves else None,
                 )
             )
     return found
+
+
+def _range(d: Domain) -> tuple[float, float]:
+    s, z = float(d.scale), int(d.zero_point)  # type: ignore[arg-type]
+    return (d.qmin - z) * s, (d.qmax - z) * s
+
+
+def conv_reach(conv: fx.Node, read: _Reader) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Per output channel, the least and the greatest real result the conv reaches over its input's
+    domain — exact, or None: each element of a program input takes any value of its domain on its
+    own, so where one window lies wholly inside the input the extreme is Σ max(w·lo, w·hi) + b."""
+    if _op(conv) not in ("conv2d", "conv3d", "convolution") or len(conv.args) < 2:
+        return None
+    if _op(conv) == "convolution" and (len(conv.args) < 7 or conv.args[6]):
+        return None  # transposed: not every weight reaches every output position
+    d = read.user_input_domain(conv)
+    w = read.real(conv.args[1])
+    bias = conv.args[2] if len(conv.args) > 2 else None
+    b = read.real(bias) if bias is not None else torch.zeros(())
+    x, out = conv.args[0].meta.get("val"), conv.meta.get("val")  # type: ignore[union-attr]
+    if d is None or w is None or b is None or x is None or out is None or w.dim() != x.dim():
+        return None
+    if not _window_inside(conv, tuple(x.shape[2:]), tuple(w.shape[2:]), tuple(out.shape[2:])):
+        return None
+    lo, hi = _range(d)
+    w = w.flatten(1)
+    top = torch.maximum(w * lo, w * hi).sum(1) + b.flatten()
+    bottom = torch.minimum(w * lo, w * hi).sum(1) + b.flatten()
+    return bottom, top
+
+
+def _per_dim(v: object, n: int, default: int) -> list[int] | None:
+    vs = [default] if v is None else list(v) if isinstance(v, (list, tuple)) else [v]
+    if not all(isinstance(i, int) for i in vs):
+        return None  # "same" / "valid" padding, symbolic sizes
+    return [int(i) for i in vs] * n if len(vs) == 1 else [int(i) for i in vs]
+
+
+def _window_inside(conv: fx.Node, size: tuple, kernel: tuple, out: tuple) -> bool:
+    """Whether some output position reads a window with no padding in it."""
+    args, n = [*conv.args, None, None, None, None], len(size)
+    stride, pad, dil = _per_dim(args[3], n, 1), _per_dim(args[4], n, 0), _per_dim(args[5], n, 1)
+    if stride is None or pad is None or dil is None or not all(isinstance(i, int) for i in (*size, *kernel, *out)):
+        return False
+    return all(
+        any(i * st - p >= 0 and i * st - p + (k - 1) * dl <= m - 1 for i in range(o))
+        for m, k, o, st, p, dl in zip(size, kernel, out, stride, pad, dil, strict=True)
+    )
+
+
+def _per_channel(t: torch.Tensor, out: torch.Tensor) -> torch.Tensor | None:
+    """A constant operand as one value per output channel (None: it varies along another dim)."""
+    if t.numel() == 1:
+        return t.reshape(1).expand(out.shape[1])
+    full = t.reshape((1,) * (out.dim() - t.dim()) + tuple(t.shape)) if t.dim() <= out.dim() else None
+    if full is None or any(n != 1 for i, n in enumerate(full.shape) if i != 1) or full.shape[1] != out.shape[1]:
+        return None
+    return full.flatten()
+
+
+def _output_domain(node: fx.Node, read: _Reader) -> Domain | None:
+    """The domain `node` is requantized to when that requantized value is a program output."""
+    qs = [u for u in node.users if classify(target_name(u)) is OpClass.QUANTIZE]
+    if len(qs) != 1 or len(node.users) != 1:
+        return None
+    dqs = [u for u in qs[0].users if classify(target_name(u)) is OpClass.DEQUANTIZE]
+    if not any(v.op == "output" for dq in dqs for v in dq.users):
+        return None
+    d = qdq_domain(qs[0], read.consts)
+    return None if d.is_float or d.per_channel else d
+
+
+def clamp_moves_output(conv: fx.Node, consumer: fx.Node, k: int, read: _Reader) -> tuple[str, float] | None:
+    """Proof that the skipped clamp moves a program output: `consumer` adds a constant to (or
+    subtracts it from) the conv's result and is itself an output; the conv reads a program input,
+    so its reach is exact. Returns the witness and how many output LSB it moves, or None."""
+    op = _op(consumer).rstrip("_")
+    if op not in ("add", "sub") or read.folded or consumer.kwargs.get("alpha", 1) != 1 or len(consumer.args) != 2:
+        return None
+    if read.source(consumer.args[k]) is not conv or (reach := conv_reach(conv, read)) is None:
+        return None
+    other, out = read.real(consumer.args[1 - k]), conv.meta.get("val")
+    const = _per_channel(other, out) if other is not None and out is not None else None
+    d_conv, d_out = read.operand_domain(consumer, k), _output_domain(consumer, read)
+    if const is None or d_conv is None or d_out is None or d_conv.per_channel:
+        return None
+    (c_lo, c_hi), (o_lo, o_hi) = _range(d_conv), _range(d_out)
+    sign = -1.0 if (op, k) == ("sub", 1) else 1.0
+    shift = -const if (op, k) == ("sub", 0) else const
+    worst = (0.0, 0, 0.0)
+    for v in (*reach,):
+        for ch in range(len(v)):
+            x = float(v[ch])
+            program = min(max(sign * min(max(x, c_lo), c_hi) + float(shift[ch]), o_lo), o_hi)
+            backend = min(max(sign * x + float(shift[ch]), o_lo), o_hi)
+            off = abs(backend - program) / float(d_out.scale)  # type: ignore[arg-type]
+            worst = max(worst, (off, ch, x))
+    off, ch, x = worst
+    if off <= _ROUNDING_LSB:
+        return None
+    x_name = conv.args[0].args[0].args[0].name  # type: ignore[union-attr]
+    return (
+        f"an input in {x_name}'s domain (each element at the end its weight asks for) drives {conv.name}'s "
+        f"channel {ch} to {x:.6g}, past [{c_lo:.6g}, {c_hi:.6g}], the range its int16 requant clamps to; the "
+        f"backend does not clamp it, so {consumer.name}, a program output, is {off:.0f} output LSB off the program",
+        off,
+    )

@@ -45,9 +45,14 @@ class SkippedRequant:
     arg: int
     domain: Domain
     instead: str
+    #: a witness that the skipped clamp moves a program output, and by how many output LSB
+    moves: str | None = None
+    moves_lsb: float | None = None
 
     @property
     def detail(self) -> str:
+        if self.moves:
+            return f"{self.consumer} reads {self.producer} in {self.domain}, but {self.instead}: {self.moves}"
         return (
             f"{self.consumer} reads {self.producer} in {self.domain}, but {self.instead}: not rounded to that domain "
             "(up to half an LSB off) nor clamped to its range (any amount off when the result leaves it); qflow "
