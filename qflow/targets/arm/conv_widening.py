@@ -17,8 +17,6 @@ per-channel constant never gets here: FoldScalarMulIntoConvPass folds it before 
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.fx as fx
 
