@@ -128,28 +128,29 @@ CASES: dict[str, tuple[str, str]] = {
         "former miss: hardtanh(0, 6) -> requant -> clamp(-1, 1) round trip; Cortex-M keeps two clamps, each bounded "
         "in its own output domain, so the hardtanh's bound 0 is applied to the other domain's codes (70 LSB)",
     ),
+    # found by the domain inputs (2026-11-26): the int16 clamp a requant declares, which the backend skips
+    "00110-arm-a16w8": (
+        "miscompile",
+        "reduced: a16w8 conv3x3 -> sub(constant). RewriteConvPass feeds the sub from the conv's INT48 accumulator "
+        "rescaled straight to int32, so the conv's result is never clamped to its int16 range: an input in its "
+        "domain is 2513 output LSB off. qflow proves from the conv's exact reach that it moves the output "
+        "(skipped-clamp, bound 4482 LSB); no requant fixes it (repair says so)",
+    ),
     # the .pte as shipped (its verdict must be the lowered program's):
     "00300-cm": ("exact", "the emitter inserts a dim-order copy before a sum: a layout change, not a kernel"),
     "00316-cm": ("exact", "a pad checked against the program the passes were given, not the PT2E program"),
     "00359-cm-custom": ("miscompile", "a max_pool2d_with_indices left on codes returns two tensors; a cat reads one"),
 }
 #: Miscompiles repair does not fix: it inserts requants, and an activation the backend runs on codes
-#: with its real bounds needs its annotation changed instead — it says so (ProofError), never a
-#: silently wrong program.
-UNREPAIRABLE = {"00014-cm", "00015-cm-custom", "00118-cm", "00158-cm", "00628-cm", "00872-cm"}
+#: with its real bounds needs its annotation changed instead, and no requant makes the backend clamp a
+#: conv it reads unclamped — it says so (ProofError), never a silently wrong program.
+UNREPAIRABLE = {"00014-cm", "00015-cm-custom", "00118-cm", "00158-cm", "00628-cm", "00872-cm", "00110-arm-a16w8"}
 # Cases where qflow is wrong today (the campaign's open findings).
 KNOWN_WRONG: dict[str, str] = {
-    # issue #31: the band is capped at 2 output LSB, so the rounding budget no longer absorbs this
-    "00974-arm-a16w8": "reduced: a16w8 conv -> sum -> mul(conv, sum) is 8 output LSB off (one int16 conv LSB, "
-    "which TOSA's 16-bit multiplier may move, times the sum) and qflow raises no error (proved: the int16 sum was "
-    "measured exact alone, 2026-11-25): a miss under the capped band until qflow flags the amplified rounding (or "
-    "the cap is argued wider for it)",
-    # found by the domain inputs (2026-11-26): the int16 clamp a requant declares, which the backend skips
-    "00110-arm-a16w8": "reduced: a16w8 conv3x3 -> sub(constant). Arm lowers the int16 conv's output RESCALE straight "
-    "to the sub's int32 operand (CONV2D int48 -> RESCALE int32 -> SUB), so the conv's result is never clamped to the "
-    "int16 range its requant declares: an input in its domain whose conv result leaves that range is 2513 output LSB "
-    "off. qflow proves it before partitioning and in the TOSA artifact: domains carry scale and zero point, not the "
-    "saturation a requant performs",
+    "00974-arm-a16w8": "reduced: a16w8 conv -> sum -> mul(conv, sum). The sum and the mul read the conv's "
+    "accumulator unclamped (RewriteConvPass's int16 fork): 35612 output LSB off on inputs in the input's domain "
+    "(2026-11-26; 8 on the calibration samples). qflow says unproven (skipped-requant), not an error: its proof "
+    "that the skipped clamp moves an output (skipped-clamp) covers an add / sub of a constant at an output only",
 }
 
 

@@ -174,56 +174,35 @@ def _range(d: Domain) -> tuple[float, float]:
 
 
 def conv_reach(conv: fx.Node, read: _Reader) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Per output channel, the least and the greatest real result the conv reaches over its input's
-    domain — exact, or None: each element of a program input takes any value of its domain on its
-    own, so where one window lies wholly inside the input the extreme is Σ max(w·lo, w·hi) + b."""
+    """The least and the greatest real result the conv reaches at each output element over its
+    input's domain — exact, or None. Each element of a program input takes any value of its domain
+    on its own, so an output element's extreme is Σ max(w·lo, w·hi) (min for the least) over the
+    taps of its window that are not padding, plus the bias: the conv of a tensor of ones with those
+    per-tap extremes as weights."""
     if _op(conv) not in ("conv2d", "conv3d", "convolution") or len(conv.args) < 2:
         return None
-    if _op(conv) == "convolution" and (len(conv.args) < 7 or conv.args[6]):
-        return None  # transposed: not every weight reaches every output position
-    d = read.user_input_domain(conv)
-    w = read.real(conv.args[1])
-    bias = conv.args[2] if len(conv.args) > 2 else None
-    b = read.real(bias) if bias is not None else torch.zeros(())
-    x, out = conv.args[0].meta.get("val"), conv.meta.get("val")  # type: ignore[union-attr]
-    if d is None or w is None or b is None or x is None or out is None or w.dim() != x.dim():
-        return None
-    if not _window_inside(conv, tuple(x.shape[2:]), tuple(w.shape[2:]), tuple(out.shape[2:])):
+    if _op(conv) == "convolution":
+        if len(conv.args) < 9 or conv.args[6]:
+            return None  # transposed, or not the aten signature
+        stride, padding, dilation, groups = (*conv.args[3:6], conv.args[8])
+    else:  # conv2d / conv3d (input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
+        given = tuple(conv.args[3:7])
+        stride, padding, dilation, groups = (*given, *(1, 0, 1, 1)[len(given) :])
+    d, w = read.user_input_domain(conv), read.real(conv.args[1])
+    bias = read.real(conv.args[2]) if len(conv.args) > 2 and conv.args[2] is not None else None
+    x = conv.args[0].meta.get("val") if isinstance(conv.args[0], fx.Node) else None
+    fn = {4: torch.nn.functional.conv2d, 5: torch.nn.functional.conv3d}.get(getattr(x, "ndim", 0))
+    if d is None or w is None or fn is None or w.dim() != x.dim() or not all(isinstance(n, int) for n in x.shape):
         return None
     lo, hi = _range(d)
-    w = w.flatten(1)
-    top = torch.maximum(w * lo, w * hi).sum(1) + b.flatten()
-    bottom = torch.minimum(w * lo, w * hi).sum(1) + b.flatten()
-    return bottom, top
-
-
-def _per_dim(v: object, n: int, default: int) -> list[int] | None:
-    vs = [default] if v is None else list(v) if isinstance(v, (list, tuple)) else [v]
-    if not all(isinstance(i, int) for i in vs):
-        return None  # "same" / "valid" padding, symbolic sizes
-    return [int(i) for i in vs] * n if len(vs) == 1 else [int(i) for i in vs]
-
-
-def _window_inside(conv: fx.Node, size: tuple, kernel: tuple, out: tuple) -> bool:
-    """Whether some output position reads a window with no padding in it."""
-    args, n = [*conv.args, None, None, None, None], len(size)
-    stride, pad, dil = _per_dim(args[3], n, 1), _per_dim(args[4], n, 0), _per_dim(args[5], n, 1)
-    if stride is None or pad is None or dil is None or not all(isinstance(i, int) for i in (*size, *kernel, *out)):
-        return False
-    return all(
-        any(i * st - p >= 0 and i * st - p + (k - 1) * dl <= m - 1 for i in range(o))
-        for m, k, o, st, p, dl in zip(size, kernel, out, stride, pad, dil, strict=True)
-    )
-
-
-def _per_channel(t: torch.Tensor, out: torch.Tensor) -> torch.Tensor | None:
-    """A constant operand as one value per output channel (None: it varies along another dim)."""
-    if t.numel() == 1:
-        return t.reshape(1).expand(out.shape[1])
-    full = t.reshape((1,) * (out.dim() - t.dim()) + tuple(t.shape)) if t.dim() <= out.dim() else None
-    if full is None or any(n != 1 for i, n in enumerate(full.shape) if i != 1) or full.shape[1] != out.shape[1]:
+    ones = torch.ones(tuple(x.shape), dtype=torch.float64)
+    b = bias.flatten() if bias is not None else None
+    try:
+        top = fn(ones, torch.maximum(w * lo, w * hi), b, stride, padding, dilation, groups)
+        bottom = fn(ones, torch.minimum(w * lo, w * hi), b, stride, padding, dilation, groups)
+    except (RuntimeError, TypeError, ValueError):  # arguments this reading does not model
         return None
-    return full.flatten()
+    return bottom, top
 
 
 def _output_domain(node: fx.Node, read: _Reader) -> Domain | None:
@@ -247,29 +226,33 @@ def clamp_moves_output(conv: fx.Node, consumer: fx.Node, k: int, read: _Reader) 
         return None
     if read.source(consumer.args[k]) is not conv or (reach := conv_reach(conv, read)) is None:
         return None
-    other, out = read.real(consumer.args[1 - k]), conv.meta.get("val")
-    const = _per_channel(other, out) if other is not None and out is not None else None
+    other = read.real(consumer.args[1 - k])
     d_conv, d_out = read.operand_domain(consumer, k), _output_domain(consumer, read)
-    if const is None or d_conv is None or d_out is None or d_conv.per_channel:
+    if other is None or d_conv is None or d_out is None or d_conv.per_channel:
         return None
+    bottom, top = reach
+    try:
+        const = torch.broadcast_to(other, top.shape)
+    except RuntimeError:
+        return None  # the constant widens the result: not the conv's shape
     (c_lo, c_hi), (o_lo, o_hi) = _range(d_conv), _range(d_out)
     sign = -1.0 if (op, k) == ("sub", 1) else 1.0
     shift = -const if (op, k) == ("sub", 0) else const
-    worst = (0.0, 0, 0.0)
-    for v in (*reach,):
-        for ch in range(len(v)):
-            x = float(v[ch])
-            program = min(max(sign * min(max(x, c_lo), c_hi) + float(shift[ch]), o_lo), o_hi)
-            backend = min(max(sign * x + float(shift[ch]), o_lo), o_hi)
-            off = abs(backend - program) / float(d_out.scale)  # type: ignore[arg-type]
-            worst = max(worst, (off, ch, x))
-    off, ch, x = worst
+    worst: tuple[float, int, float] = (0.0, 0, 0.0)
+    for v in (bottom, top):
+        program = (sign * v.clamp(c_lo, c_hi) + shift).clamp(o_lo, o_hi)
+        backend = (sign * v + shift).clamp(o_lo, o_hi)
+        off = (backend - program).abs() / float(d_out.scale)  # type: ignore[arg-type]
+        i = int(off.argmax())
+        worst = max(worst, (float(off.flatten()[i]), i, float(v.flatten()[i])))
+    off, i, x = worst
     if off <= _ROUNDING_LSB:
         return None
+    where = tuple(int(j) for j in torch.unravel_index(torch.tensor(i), top.shape))
     x_name = conv.args[0].args[0].args[0].name  # type: ignore[union-attr]
     return (
-        f"an input in {x_name}'s domain (each element at the end its weight asks for) drives {conv.name}'s "
-        f"channel {ch} to {x:.6g}, past [{c_lo:.6g}, {c_hi:.6g}], the range its int16 requant clamps to; the "
-        f"backend does not clamp it, so {consumer.name}, a program output, is {off:.0f} output LSB off the program",
+        f"an input in {x_name}'s domain (each element at the end its weight asks for) drives {conv.name}'s element "
+        f"{list(where)} to {x:.6g}, past [{c_lo:.6g}, {c_hi:.6g}], the range its int16 requant clamps to; the backend "
+        f"does not clamp it, so {consumer.name}, a program output, is {off:.0f} output LSB off the program",
         off,
     )
