@@ -85,11 +85,8 @@ class _Reader:
             d = quant_args_domain(iq[0], node) if isinstance(iq, dict) and 0 in iq else None
         else:
             a = node.args[0]
-            d = (
-                qdq_domain(a, self.consts)
-                if isinstance(a, fx.Node) and classify(target_name(a)) is (OpClass.DEQUANTIZE)
-                else None
-            )
+            dq = isinstance(a, fx.Node) and classify(target_name(a)) is OpClass.DEQUANTIZE
+            d = qdq_domain(a, self.consts) if dq else None  # type: ignore[arg-type]
         return d is not None and not d.is_float and d.dtype == "int16"
 
     def real(self, a: object) -> torch.Tensor | None:
