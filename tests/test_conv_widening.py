@@ -12,6 +12,7 @@ consumers fork is measured here against the flatbuffer, not assumed.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ from qflow.targets.arm import tosa_flatbuffer
 from qflow.targets.arm.tosa_artifact import analyze_artifact
 
 SPEC = "TOSA-1.0+INT+int16"
-FORKED = ("sub", "permute-sub", "mean", "mul")
+FORKED = ("sub", "permute-sub", "mean", "mul", "add-sub")
 _ACCUMULATORS = {"CONV2D", "DEPTHWISE_CONV2D", "TRANSPOSE_CONV2D", "CONV3D"}
 
 
@@ -52,6 +53,8 @@ class ConvThen(torch.nn.Module):
             return y.mean(dim=(2, 3), keepdim=True)
         if self.then == "mul":
             return y * self.m
+        if self.then == "add-sub":
+            return (y + x) - 0.3
         return torch.relu(y) - self.k  # "relu-sub": the relu fuses into the conv's requant
 
 
@@ -96,9 +99,14 @@ def _build(then: str) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="module", params=["sub", "permute-sub", "mean", "mul", "relu-sub", "conv1d-sub"])
-def program(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
-    return request.param, _build(request.param)
+@pytest.fixture(scope="module")
+def built() -> Any:
+    return functools.cache(_build)
+
+
+@pytest.fixture(params=["sub", "permute-sub", "mean", "mul", "add-sub", "relu-sub", "conv1d-sub"])
+def program(request: pytest.FixtureRequest, built: Any) -> tuple[str, dict[str, Any]]:
+    return request.param, built(request.param)
 
 
 def _widened(report: Any) -> list[str]:
@@ -141,3 +149,12 @@ def test_the_skipped_clamp_moves_the_output(program) -> None:
         assert not found
     if then == "relu-sub":
         assert p["lsb"] <= 1, p["lsb"]  # the int16 requant clamps the conv: the same inputs are exact
+
+
+def test_a_fused_pair_is_found_through_the_layout_transpose(built) -> None:
+    """conv → add → sub: the sub reads the add's int32 result through the TRANSPOSE the layout
+    needs (FuseConsecutiveRescalesPass removed the rescale pair: every a16w8 scale is 2^-12)."""
+    p = built("add-sub")
+    found = [f.message for f in analyze_artifact(p["lowered"]).findings if f.kind == "skipped-requant"]
+    assert any("SUB" in m and "int32 result of ADD" in m and "FuseConsecutiveRescalesPass" in m for m in found), found
+    assert any("ADD" in m and "RewriteConvPass" in m for m in found), found
