@@ -21,6 +21,7 @@ import torch
 import torch.fx as fx
 
 from qflow.domain import Domain
+from qflow.ir.copy_chains import real_range
 from qflow.ir.fx_nodes import Consts, qdq_domain, quant_args_domain, target_name
 from qflow.ops import OpClass, base_name, classify
 from qflow.targets.arm.rescale_fusion import SkippedRequant
@@ -165,11 +166,6 @@ def skipped_requants(gm: fx.GraphModule, consts: Consts, folded: bool) -> list[S
     return found
 
 
-def _range(d: Domain) -> tuple[float, float]:
-    s, z = float(d.scale), int(d.zero_point)  # type: ignore[arg-type]
-    return (d.qmin - z) * s, (d.qmax - z) * s
-
-
 def conv_reach(conv: fx.Node, read: _Reader) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The least and the greatest real result the conv reaches at each output element over its
     input's domain — exact, or None. Each element of a program input takes any value of its domain
@@ -191,7 +187,7 @@ def conv_reach(conv: fx.Node, read: _Reader) -> tuple[torch.Tensor, torch.Tensor
     fn = {4: torch.nn.functional.conv2d, 5: torch.nn.functional.conv3d}.get(getattr(x, "ndim", 0))
     if d is None or w is None or fn is None or w.dim() != x.dim() or not all(isinstance(n, int) for n in x.shape):
         return None
-    lo, hi = _range(d)
+    lo, hi = real_range(d)
     ones = torch.ones(tuple(x.shape), dtype=torch.float64)
     b = bias.flatten() if bias is not None else None
     try:
@@ -232,7 +228,7 @@ def clamp_moves_output(conv: fx.Node, consumer: fx.Node, k: int, read: _Reader) 
         const = torch.broadcast_to(other, top.shape)
     except RuntimeError:
         return None  # the constant widens the result: not the conv's shape
-    (c_lo, c_hi), (o_lo, o_hi) = _range(d_conv), _range(d_out)
+    (c_lo, c_hi), (o_lo, o_hi) = real_range(d_conv), real_range(d_out)
     sign = -1.0 if (op, k) == ("sub", 1) else 1.0
     shift = -const if (op, k) == ("sub", 0) else const
     worst: tuple[float, int, float] = (0.0, 0, 0.0)
