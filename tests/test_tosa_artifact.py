@@ -255,7 +255,7 @@ def mutants(buf: bytes) -> list[Mutant]:
     (multiplier 2^30, shift 30, zero points 0: the codes pass unconverted), conv
     and matmul zero points, CLAMP bounds, TABLE entries, PAD constants, and in an
     INT+FP partition the scale, zero point and rounding constants of its float
-    quantize / dequantize."""
+    quantize / dequantize; in every region (cond branches, loop bodies)."""
     prog = ta.read(buf)
     b = bytearray(buf)
     out: list[Mutant] = []
@@ -269,8 +269,9 @@ def mutants(buf: bytes) -> list[Mutant]:
         v = _wrap(int(t.data[k]) + delta, t.dtype)
         out.append(Mutant(what, _patch(b, t.data_pos + k * size, _FMT[t.dtype], v)))
 
-    for op in prog.ops:
-        tag = f"{op.op} #{op.index}"
+    regions = [("", op) for op in prog.ops] + [(f"{r} ", op) for r, reg in prog.regions.items() for op in reg.ops]
+    for region, op in regions:
+        tag = f"{region}{op.op} #{op.index}"
         if op.op == "RESCALE":
             _, mult, shift, izp, ozp = op.inputs
             m = prog.tensors[mult]

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from qflow.graph import Definition, DefKind, DomainGraph
-from qflow.ir.fx_nodes import DOMAIN_FREE_DTYPES, arg_label, is_float, target_name, tensor_args, val_dtype, val_of
+from qflow import bounds
+from qflow.domain import Domain
+from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind
+from qflow.ir.fx_nodes import (
+    DOMAIN_FREE_DTYPES,
+    Consts,
+    arg_label,
+    is_float,
+    qdq_domain,
+    target_name,
+    tensor_args,
+    val_dtype,
+    val_of,
+)
 from qflow.ops import CONTROL_FLOW, OpClass, base_name, classify
 
 
@@ -43,6 +55,8 @@ class ControlFlowReading:
         )
         if subs and reals and (not quantized or self._read_subgraphs(node, subs)):
             self._add_cpu_float(node, OpClass.COMPUTE)
+            if quantized and base_name(target_name(node)) == "while_loop":
+                self._oblige_loop_domains(node)
             return
         what = base_name(target_name(node))
         reason = (
@@ -55,6 +69,43 @@ class ControlFlowReading:
         for i, j, a in tensor_args(node):
             if a.name in self.dg.g:
                 self.dg.add_use(a.name, node.name, arg_label(i, j))
+
+    def _oblige_loop_domains(self, node: fx.Node) -> None:
+        """On a target that carries a loop's codes (`Target.carries_loop_codes`), each loop variable
+        must leave the loop in the domain it entered with (the dequantize feeding the loop, the
+        quantize of its result), up to a difference that moves no code; one whose result is not
+        quantized once is unproven there."""
+        carriers = tuple(t.name for t in self._members if t.carries_loop_codes)
+        body = getattr(self.gm, str(node.args[1].target), None) if isinstance(node.args[1], fx.Node) else None
+        if not carriers or not isinstance(body, fx.GraphModule) or not isinstance(node.args[2], (tuple, list)):
+            return
+        consts = Consts(self.gm, None)
+        results = {u.args[1]: u for u in node.users if "getitem" in target_name(u) and isinstance(u.args[1], int)}
+        for k, arg in enumerate(node.args[2]):
+            out = results.get(k)
+            enters = _dequantized(arg, consts)
+            leaves = _quantized(out, consts) if out is not None else None
+            if enters is not None and leaves is None:
+                self.dg.oblige_unbounded(
+                    node.name, f"loop variable {k}", "unvalidated-lowering",
+                    f"{node.name}: loop variable {k} enters the loop quantized ({arg.name}), but its result is not "
+                    "quantized once: which domain the backend gives its codes in the loop's regions is not validated "
+                    "(measured wrong: the Arm suite's WhileAdditionalArg reads its limit in another variable's domain)",
+                    carriers,
+                )  # fmt: skip
+            if enters is None or leaves is None or enters == leaves:
+                continue
+            moved = bounds.dropped_requant(leaves, enters, bounds.COPY)
+            if moved is not None and moved.within_rounding:
+                continue
+            self.dg.oblige(
+                Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind="domain-mismatch",
+                           holds=False, targets=carriers, expected=enters, arg=f"loop variable {k}", bound=moved,
+                           detail=f"{node.name}: loop variable {k} enters the loop in {enters} ({arg.name}) and "
+                                  f"leaves it in {leaves} ({out.name}'s quantize); the backend carries codes, read in "
+                                  f"the first and written in the second, so from the second iteration on the body "
+                                  f"reads codes of {leaves} as {enters}")
+            )  # fmt: skip
 
     def _read_subgraphs(self, node: fx.Node, subs: dict[str, fx.GraphModule]) -> bool:
         """Read each Q/DQ subgraph as a program of its own under `<node>/<attribute>/`; True when
@@ -86,3 +137,20 @@ def _holds_reals(dg: DomainGraph, name: str) -> bool:
             continue
         return d.domain_free or (d.kind is DefKind.FACT and d.real)
     return False
+
+
+def _quantized(n: fx.Node, consts: Consts) -> Domain | None:
+    """The one quantized domain `n`'s users quantize it into, else None."""
+    doms = {_dequantized(u, consts, OpClass.QUANTIZE) for u in n.users}
+    return doms.pop() if len(doms) == 1 else None
+
+
+def _dequantized(n: object, consts: Consts, cls: OpClass = OpClass.DEQUANTIZE) -> Domain | None:
+    """The quantized domain a dequantize (`cls`: quantize) node names, else None."""
+    if not isinstance(n, fx.Node) or n.op != "call_function" or classify(target_name(n)) is not cls:
+        return None
+    try:
+        d = qdq_domain(n, consts)
+    except (ValueError, TypeError, KeyError):
+        return None
+    return None if d.is_float or d.per_channel else d

@@ -101,6 +101,11 @@ class Target:
     #: Q/DQ nodes, whatever their output domains (Arm FuseDuplicateUsersPass, executorch 1.5.1;
     #: measured: tests/test_duplicate_users.py). Such duplicates in different domains are an error.
     merges_duplicate_users: bool = False
+    #: The backend lowers a quantized ``while_loop`` to a loop that carries each variable's codes,
+    #: read by every iteration in the domain the variable entered with (TOSA WHILE_LOOP; measured:
+    #: tests/test_control_flow.py). A body that writes a variable back in another domain miscomputes
+    #: from the second iteration on, though the program, which carries reals, is consistent.
+    carries_loop_codes: bool = False
     #: Module path of the backend's reader, imported only when a program of this
     #: target is read: what its delegates really read and write and its own
     #: checks of what it emitted. See `backend_module`.

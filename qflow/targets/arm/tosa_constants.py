@@ -28,7 +28,7 @@ from torch import fx
 
 from qflow.domain import Domain
 from qflow.ir.fx_nodes import Consts, constant_nodes, qdq_domain, target_name
-from qflow.ops import OpClass, classify
+from qflow.ops import OpClass, base_name, classify
 from qflow.targets.arm.tosa_flatbuffer import TosaOp, TosaProgram
 from qflow.targets.arm.tosa_interpreter import Anchors, Interpreter
 
@@ -71,7 +71,7 @@ def _split_merged(prog: TosaProgram, anchors: Anchors, ep: Any, constants: dict[
             ops[k] = dataclasses.replace(op, inputs=tuple(clone if i == name else i for i in op.inputs))
             clones.append(TosaOp(op.index, "CONST", (), (clone,)))
             anchors.consts[clone] = domains.pop()
-    return TosaProgram(tensors, (*clones, *ops), prog.inputs, prog.outputs)
+    return dataclasses.replace(prog, tensors=tensors, ops=(*clones, *ops))
 
 
 def _constant_reads(ep: Any, constants: dict[str, Any]) -> dict[str, list[Any]]:
@@ -86,36 +86,64 @@ def _constant_reads(ep: Any, constants: dict[str, Any]) -> dict[str, list[Any]]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class _Subgraph:
+    """A control-flow subgraph of the partition (a cond branch, a loop body), where the folded
+    constants of its TOSA region were computed: read like a program with no lifted constants."""
+
+    graph_module: fx.GraphModule
+
+    @property
+    def graph(self) -> fx.Graph:
+        return self.graph_module.graph
+
+
+def _consts(ep: Any) -> Consts:
+    return Consts(ep.graph_module, ep if hasattr(ep, "graph_signature") else None)
+
+
 def _anchor_folded(prog: TosaProgram, anchors: Anchors, ep: Any) -> None:
     candidates: list[str] | None = None
     for name, t in prog.tensors.items():
-        suffix = next((s for s in FOLDED if name.endswith(s)), None)
+        region = next((r for r in prog.regions if name.endswith(f"_{r}")), None)
+        sub = getattr(ep.graph_module, region, None) if region is not None else None
+        base = name.removesuffix(f"_{region}") if isinstance(sub, fx.GraphModule) else name
+        suffix = next((s for s in FOLDED if base.endswith(s)), None)
         if suffix is None or name in anchors.consts or t.data is None:
             continue
-        node = name.removesuffix(suffix)
+        node = base.removesuffix(suffix)
+        if isinstance(sub, fx.GraphModule):  # a region's: its subgraph's node (or the one constant computation
+            # of the subgraph with these codes: Arm renames a full_like it makes a full), and the quantize after it
+            names = [node] if any(n.name == node for n in sub.graph.nodes) else [
+                n.name for n in sub.graph.nodes if n.op == "call_function"
+            ]  # fmt: skip
+            found = {d for n in names if (d := _codes_domain(_Subgraph(sub), n, {}, t.data)) is not None}
+            if len(found) == 1:
+                anchors.consts[name] = found.pop()
+            continue
         if node in anchors.node_out:
-            d = _codes_domain(ep, node, anchors, t.data)
+            d = _codes_domain(ep, node, anchors.node_out, t.data)
             if d is not None:
                 anchors.consts[name] = d
             continue
         # made from a node an Arm pass created (DecomposeLinearPass's views around an LSTM's constant
         # first step): anchored when exactly one constant PT2E computation has these codes
         candidates = _constant_nodes(ep, anchors) if candidates is None else candidates
-        found = {d for n in candidates if (d := _codes_domain(ep, n, anchors, t.data)) is not None}
+        found = {d for n in candidates if (d := _codes_domain(ep, n, anchors.node_out, t.data)) is not None}
         if len(found) == 1:
             anchors.consts[name] = found.pop()
 
 
-def _codes_domain(ep: Any, node: str, anchors: Anchors, data: np.ndarray) -> Domain | None:
-    """`node`'s declared output domain — or that of a requant right after it, which the pass folds in too (an
-    `arange` cast to int32 codes of scale 1, requantized to int8) — when its PT2E computation, quantized
-    there, has `data`'s codes."""
+def _codes_domain(ep: Any, node: str, declared: dict[str, Domain], data: np.ndarray) -> Domain | None:
+    """`node`'s declared output domain (`declared`) — or that of a quantize right after it, which the pass folds
+    in too (an `arange` cast to int32 codes of scale 1, requantized to int8) — when its PT2E computation,
+    quantized there, has `data`'s codes."""
     value = _evaluate(ep, node)
     if value is None:
         return None
-    consts = Consts(ep.graph_module, ep)
+    consts = _consts(ep)
     for n in _requant_chain(ep, node):
-        d = anchors.node_out.get(n.name) if n.name == node else qdq_domain(n, consts)
+        d = declared.get(n.name) if n.name == node else qdq_domain(n, consts)
         if d is None or d.per_channel or not isinstance(d.scale, float):
             continue
         codes = np.clip(np.round(value / d.scale) + d.zero_point, d.qmin, d.qmax)
@@ -156,13 +184,21 @@ def _evaluate(ep: Any, name: str) -> np.ndarray | None:
         n = stack.pop()
         if n not in needed:
             needed.add(n)
-            stack.extend(n.all_input_nodes)
-    consts, env = Consts(ep.graph_module, ep), {}
+            stack.extend(n.all_input_nodes if not _shape_only(n) else ())
+    consts, env = _consts(ep), {}
     try:
         for n in ep.graph.nodes:
             if n not in needed:
                 continue
-            if n.op in ("placeholder", "get_attr"):
+            if _shape_only(n):  # (its input's shape, from the node's own value)
+                val = n.meta.get("val")
+                shape = tuple(val.shape) if isinstance(val, torch.Tensor) else None
+                if shape is None:
+                    return None
+                x = torch.zeros(shape)
+                rest = fx.map_arg(n.args[1:], env.__getitem__)
+                env[n] = n.target(x, *rest, **fx.map_arg(n.kwargs, env.__getitem__))
+            elif n.op in ("placeholder", "get_attr"):
                 env[n] = consts.tensor(n)
                 if env[n] is None:  # a user input: not a constant
                     return None
@@ -174,3 +210,8 @@ def _evaluate(ep: Any, name: str) -> np.ndarray | None:
         return None
     out = env[nodes[name]]
     return out.detach().double().numpy() if isinstance(out, torch.Tensor) and out.dtype.is_floating_point else None
+
+
+def _shape_only(n: fx.Node) -> bool:
+    """A ``full_like`` / ``zeros_like`` / ``ones_like``: its value depends on its input's shape only."""
+    return n.op == "call_function" and base_name(target_name(n)) in ("full_like", "zeros_like", "ones_like")

@@ -33,11 +33,22 @@ class TosaOp:
 
 
 @dataclass(frozen=True)
+class TosaRegion:
+    """A region other than ``main``: a COND_IF branch, a WHILE_LOOP condition or body. Its
+    tensors are in its program's `tensors` (the serializer suffixes them with the region's name)."""
+
+    ops: tuple[TosaOp, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class TosaProgram:
     tensors: dict[str, TosaTensor]
     ops: tuple[TosaOp, ...]
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    regions: dict[str, TosaRegion] = field(default_factory=dict)
 
     def producer(self) -> dict[str, TosaOp]:
         return {o: op for op in self.ops for o in op.outputs}
@@ -95,6 +106,18 @@ def _attrs(op: Any, attr_name: str) -> dict[str, Any]:
         a = AvgPool2dAttribute()
         a.Init(tab.Bytes, tab.Pos)
         return {"pad": tuple(int(p) for p in a.PadAsNumpy()) if a.PadLength() else ()}
+    if attr_name == "CondIfAttribute":
+        from tosa.CondIfAttribute import CondIfAttribute
+
+        a = CondIfAttribute()
+        a.Init(tab.Bytes, tab.Pos)
+        return {"then_graph": a.ThenGraph().decode(), "else_graph": a.ElseGraph().decode()}
+    if attr_name == "WhileLoopAttribute":
+        from tosa.WhileLoopAttribute import WhileLoopAttribute
+
+        a = WhileLoopAttribute()
+        a.Init(tab.Bytes, tab.Pos)
+        return {"cond_graph": a.CondGraph().decode(), "body_graph": a.BodyGraph().decode()}
     if attr_name == "ResizeAttribute":
         from tosa.ResizeAttribute import ResizeAttribute
 
@@ -105,15 +128,25 @@ def _attrs(op: Any, attr_name: str) -> dict[str, Any]:
 
 
 def read(buf: bytes) -> TosaProgram:
-    """Parse a TOSA 1.0 flatbuffer (the first block of the first region)."""
+    """Parse a TOSA 1.0 flatbuffer: the first block of each region, ``main`` first; the
+    tensors of every region in one table."""
+    from tosa.TosaGraph import TosaGraph
+
+    graph = TosaGraph.GetRootAs(buf, 0)
+    tensors: dict[str, TosaTensor] = {}
+    blocks = [_block(graph.Regions(r).Blocks(0), tensors) for r in range(graph.RegionsLength())]
+    names = [graph.Regions(r).Name().decode() for r in range(graph.RegionsLength())]
+    regions = {n: TosaRegion(*b) for n, b in zip(names[1:], blocks[1:], strict=True)}
+    return TosaProgram(tensors, *blocks[0], regions=regions)
+
+
+def _block(blk: Any, tensors: dict[str, TosaTensor]) -> tuple[tuple[TosaOp, ...], tuple[str, ...], tuple[str, ...]]:
+    """A block's operators, inputs and outputs; its tensors are added to `tensors`."""
     from tosa.Attribute import Attribute
     from tosa.DType import DType
     from tosa.Op import Op
-    from tosa.TosaGraph import TosaGraph
 
     ops_n, dt_n, attr_n = _names(Op), _names(DType), _names(Attribute)
-    blk = TosaGraph.GetRootAs(buf, 0).Regions(0).Blocks(0)
-    tensors: dict[str, TosaTensor] = {}
     for i in range(blk.TensorsLength()):
         t = blk.Tensors(i)
         dtype = dt_n.get(t.Type(), "UNKNOWN")
@@ -134,4 +167,4 @@ def read(buf: bytes) -> TosaProgram:
         ops.append(TosaOp(i, ops_n.get(o.Op(), f"op{o.Op()}"), ins, outs, _attrs(o, attr_n.get(o.AttributeType(), ""))))
     ins = tuple(blk.Inputs(i).decode() for i in range(blk.InputsLength()))
     outs = tuple(blk.Outputs(i).decode() for i in range(blk.OutputsLength()))
-    return TosaProgram(tensors, tuple(ops), ins, outs)
+    return tuple(ops), ins, outs

@@ -128,6 +128,13 @@ def _scale_ok(a: Scale, b: Scale, tol: float, span: int | None) -> bool:
     return all(y != 0 and abs(x / y - 1.0) * span <= 1.0 for x, y in zip(xs, ys, strict=True))
 
 
+def _same_dom(a: Dom, b: Dom) -> bool:
+    """One domain up to the integer parameters' rounding (or a hair apart, as `_scale_ok`)."""
+    if a.dtype != b.dtype or a.zp != b.zp or a.scale is None or b.scale is None:
+        return False
+    return _scale_ok(a.scale, b.scale, max(a.tol, b.tol, 1e-5), _span(a.dtype))
+
+
 def _dom_of(d: Domain) -> Dom:
     zp = d.zero_point
     if isinstance(zp, tuple):
@@ -255,8 +262,10 @@ class Interpreter:
     """Walks a TOSA program in order, giving each tensor a `Dom`, and records a
     `Check` per obligation."""
 
-    def __init__(self, prog: TosaProgram, anchors: Anchors) -> None:
+    def __init__(self, prog: TosaProgram, anchors: Anchors, seed: dict[str, Dom] | None = None) -> None:
         self.p, self.a = prog, anchors
+        #: a region's inputs → the domains its COND_IF / WHILE_LOOP passes in (None: the main block)
+        self.seed = seed
         self.dom: dict[str, Dom] = {}
         self.why: dict[str, str] = {}  # tensor → why its scale is unknown
         self.checks: list[Check] = []
@@ -380,7 +389,9 @@ class Interpreter:
 
     # -- the walk --------------------------------------------------------------
     def run(self) -> list[Check]:
-        for name in self.p.inputs:
+        if self.seed is not None:
+            self.dom.update(self.seed)
+        for name in self.p.inputs if self.seed is None else ():
             t = self.p.tensors[name]
             d = self.a.inputs.get(name)
             if d is None or d.is_float:
@@ -400,9 +411,80 @@ class Interpreter:
                     self.unknown(
                         o, self.out_dtype(op) if o in self.p.tensors else "?", f"{op.op} #{op.index} unreadable"
                     )
-        self.activations()
-        self.edges()
+        if self.seed is None:  # (a region's clamps and outputs are its COND_IF's / WHILE_LOOP's)
+            self.activations()
+            self.edges()
         return self.checks
+
+    # -- control flow (TOSA-1.0+INT+cf) ---------------------------------------
+    def region(self, name: str, args: tuple[str, ...]) -> Interpreter | None:
+        """The region `name` walked with `args`' domains at its inputs; its checks and clamps
+        become this walk's. None when the payload has no such region."""
+        reg = self.p.regions.get(name)
+        if reg is None or len(reg.inputs) != len(args):
+            return None
+        sub = Interpreter(replace(self.p, ops=reg.ops, inputs=reg.inputs, outputs=reg.outputs), self.a,
+                          seed={r: self.get(a) for r, a in zip(reg.inputs, args, strict=True)})  # fmt: skip
+        sub.why.update({r: self.why[a] for r, a in zip(reg.inputs, args, strict=True) if a in self.why})
+        sub.run()
+        self.checks += sub.checks
+        self.clamps += sub.clamps
+        return sub
+
+    def op_COND_IF(self, op: TosaOp) -> None:  # noqa: N802
+        """Either branch may run: each output must be in one domain whichever branch wrote it."""
+        names = (op.attrs.get("then_graph", ""), op.attrs.get("else_graph", ""))
+        branches = [self.region(n, op.inputs[1:]) for n in names]
+        for k, out in enumerate(op.outputs):
+            dtype = self.out_dtype(op) if out in self.p.tensors else "?"
+            if any(b is None for b in branches):
+                self.unknown(out, dtype, f"COND_IF #{op.index}: a branch ({', '.join(names)}) is not in the payload")
+                continue
+            written = [(b, b.p.outputs[k]) for b in branches if b is not None]
+            doms = [b.get(o) for b, o in written]
+            if self.p.tensors[out].dtype == "BOOL":
+                continue
+            blind = next(((b, o) for (b, o), d in zip(written, doms, strict=True) if d.scale is None or d.zp is None),
+                         None)  # fmt: skip
+            if blind is not None:
+                b, o = blind
+                self.unknown(out, dtype, b.why.get(o, f"the domain of {o} is not known"))
+                continue
+            ok = _same_dom(doms[0], doms[1])
+            msg = f"output {k}: the {names[0]} branch writes it in {doms[0]}, the {names[1]} branch in {doms[1]}"
+            self.check(op, ok, f"{msg}; whichever runs, its consumers read one domain", doms[1], doms[0])
+            if ok:
+                self.dom[out] = replace(doms[0], tol=max(d.tol for d in doms))
+            else:
+                self.unknown(out, dtype, f"COND_IF #{op.index}: its branches write output {k} in different domains")
+
+    def op_WHILE_LOOP(self, op: TosaOp) -> None:  # noqa: N802
+        """The body's outputs are its next iteration's inputs: each loop variable must come back
+        in the domain it went in (then that is also the loop's result, after any number of
+        iterations); the condition region is checked with the same inputs."""
+        cond = self.region(op.attrs.get("cond_graph", ""), op.inputs)
+        body = self.region(op.attrs.get("body_graph", ""), op.inputs)
+        for k, (arg, out) in enumerate(zip(op.inputs, op.outputs, strict=True)):
+            dtype = self.out_dtype(op) if out in self.p.tensors else "?"
+            d = self.get(arg)
+            if cond is None or body is None:
+                self.unknown(out, dtype, f"WHILE_LOOP #{op.index}: its condition or body is not in the payload")
+                continue
+            back = body.p.outputs[k]
+            b = body.get(back)
+            if d.scale is None or d.zp is None:
+                self.unknown(out, dtype, self.why.get(arg, f"the domain of {arg} is not known"))
+                continue
+            if b.scale is None or b.zp is None:
+                self.unknown(out, dtype, body.why.get(back, f"the domain of {back} is not known"))
+                continue
+            ok = _same_dom(d, b)
+            self.check(op, ok, f"loop variable {k} ({arg}) enters the body in {d}, and the body writes it back "
+                               f"({back}) in {b}: the next iteration reads those codes in {d}", b, d)  # fmt: skip
+            if ok:
+                self.dom[out] = replace(d, tol=max(d.tol, b.tol))
+            else:
+                self.unknown(out, dtype, f"WHILE_LOOP #{op.index}: loop variable {k} changes domain in the body")
 
     def _skipped_requant(self, op: TosaOp) -> None:
         """An int32-computed op reading a result no RESCALE brought to its declared 8/16-bit domain:
