@@ -33,6 +33,9 @@ realise the declared ratio:
   16 bits; the int32 output is 128 × the interpolated entry);
 * ``PAD``: the pad constant is the pad value quantized in the input's domain
   (the zero point for 0); ``CONCAT``: one domain;
+* ``COND_IF`` / ``WHILE_LOOP`` (TOSA-1.0+INT+cf): each region is walked with the domains its
+  operands carry in; a COND_IF output must be in one domain whichever branch wrote it, and a
+  loop variable must come back from the body in the domain it entered with;
 * ``RESHAPE`` / ``TRANSPOSE`` / ``SLICE`` / ``TILE`` / ``GATHER`` / ``REVERSE``
   / ``MAX_POOL2D`` / ``REDUCE_MAX|MIN`` / ``IDENTITY`` / int→int ``CAST`` /
   nearest ``RESIZE``: codes copied (bilinear ``RESIZE`` scales by 1/(n_y·n_x)).
