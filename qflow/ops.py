@@ -37,7 +37,7 @@ split_with_sizes_copy chunk unbind unbind_copy getitem max_pool2d max_pool1d
 max_pool3d max_pool2d_with_indices adaptive_max_pool2d repeat tile flip
 pixel_shuffle pixel_unshuffle index_select gather index unfold unfold_copy
 unflatten movedim moveaxis amax amin dropout _clone_dim_order
-lift_fresh_copy constant_pad_nd pad as_strided_copy narrow roll where masked_fill
+lift_fresh_copy constant_pad_nd pad as_strided_copy narrow roll where masked_fill index_put index_put_
 """.split()
 
 _ACTIVATION = "relu relu_ relu6 hardtanh hardtanh_ clamp clamp_ clamp_min clamp_max".split()
@@ -53,6 +53,7 @@ _native_batch_norm_legit_no_training _native_batch_norm_legit upsample_nearest2d
 upsample_bilinear2d maximum minimum var var_mean prelu
 eq ne lt le gt ge bitwise_and bitwise_or logical_and logical_or logical_not
 argmax argmin topk sort embedding scaled_dot_product_attention cumsum
+grid_sampler grid_sampler_2d col2im im2col
 """.split()
 
 _QUANTIZE = "quantize_per_tensor quantize_per_channel quantize_per_token quantize_affine".split()
@@ -93,7 +94,7 @@ CONTROL_FLOW = frozenset({"cond", "while_loop"})
 MULTI_INPUT_IDENTITY = frozenset({"cat", "concat", "concatenate", "stack"})
 #: Ops that select codes from some of their arguments, by position: where's two
 #: branches share the output's domain, its condition (a bool mask) carries none.
-SELECT_INPUTS: dict[str, tuple[int, ...]] = {"where": (1, 2)}
+SELECT_INPUTS: dict[str, tuple[int, ...]] = {"where": (1, 2), "index_put": (0, 2), "index_put_": (0, 2)}
 
 
 def code_sources(name: str, args: tuple[object, ...] | list[object]) -> list[object]:

@@ -54,6 +54,7 @@ QUANTIZED = {
     "cond-two-args": (suite_cond.CondTwoArgsOneOutput, lambda: (torch.randn(2, 3, 4, 6), torch.randn(2, 3, 4, 6))),
     "while-two-inputs": (suite_while.WhileTwoInputsTwoOutputs, lambda: (torch.ones(2, 3), torch.ones(2, 3))),
     "while-additional-arg": (suite_while.WhileAdditionalArg, lambda: (torch.ones(2, 3),)),
+    "cond-multiple": (suite_cond.CondMultipleOneArgOneOutput, lambda: (torch.randn(1, 1, 2, 2),)),
 }
 
 
@@ -163,6 +164,22 @@ def test_a_loop_variable_that_changes_domain_is_an_error_the_backend_confirms(lo
     artifact = tosa_artifact.analyze_artifact(lowered)
     assert any("WHILE_LOOP" in f.message and "loop variable 0" in f.message for f in artifact.errors)
     assert qflow.analyze(lowered, target="arm-tosa").errors
+
+
+def test_an_activation_inside_a_branch_is_one_the_program_asks_for(lowered_cf) -> None:
+    """The suite's CondMultipleOneArgOneOutput: sigmoid / relu branches, then sin / cos ones. The relu's
+    CLAMP is in a region; the activations the artifact check holds CLAMPs against include the branches'
+    (read from the partition's subgraphs, named as the serializer names their tensors). No error; the
+    int8 sin / cos TABLEs leave it unproven (never measured)."""
+    gm, samples, lowered = lowered_cf("cond-multiple")
+    for x in samples:
+        fq = gm(*x)
+        fq = fq[0] if isinstance(fq, (tuple, list)) else fq
+        assert torch.equal(fq, arm.run_tosa_reference(lowered, x)[0].reshape(fq.shape))
+    report = qflow.analyze(lowered, target="arm-tosa")
+    assert not report.errors, [f.message for f in report.errors]
+    assert report.status == "unproven"
+    assert {f.kind for f in report.findings} == {"unvalidated-lowering"}, [f.message for f in report.findings]
 
 
 def test_a_float_carrying_target_proves_the_same_loop() -> None:

@@ -115,6 +115,9 @@ class Case:
     make: Callable[[], torch.nn.Module]
     shapes: tuple[tuple[int, ...], ...] = (X4,)
     positive: bool = False  # inputs in (0.2, 2.2): rsqrt
+    #: The stock quantizer requantizes the op's output before the program's (grid_sampler's symmetric
+    #: output): the variants move the op's own output domain, not that requant's.
+    requantized: bool = False
 
 
 def _f(fn: Callable[..., torch.Tensor]) -> Callable[[], torch.nn.Module]:
@@ -189,6 +192,11 @@ CASES: tuple[Case, ...] = (
     Case("sdpa", "scaled_dot_product_attention", _f(F.scaled_dot_product_attention), (HEADS, HEADS, HEADS)),
     Case("conv2d", "conv2d", _Conv),
     Case("linear", "linear", _Linear, (X2,)),
+    # ops of the Arm suite's nn_functional models (issue #30 item 3): grid_sample, fold (col2im, an
+    # index_put into zeros after to_edge), index_put
+    Case("grid_sample", "grid_sampler", _f(F.grid_sample), (X4, (1, 5, 5, 2)), requantized=True),
+    Case("fold", "col2im", _f(lambda x: F.fold(x, (4, 5), (2, 2))), ((1, 12, 12),)),
+    Case("index_put", "index_put", _f(lambda x, y: x.index_put((torch.tensor([0, 2]),), y)), ((4, 8), (2, 8))),
 )
 
 
@@ -248,6 +256,8 @@ _ALIASES = {
     "constant_pad_nd": {"constant_pad_nd", "pad"},
     "upsample_nearest2d": {"upsample_nearest2d"},
     "upsample_bilinear2d": {"upsample_bilinear2d"},
+    "grid_sampler": {"grid_sampler", "grid_sampler_2d"},
+    "col2im": {"col2im", "index_put"},  # (to_edge decomposes fold into an index_put into zeros)
 }
 
 
@@ -798,20 +808,28 @@ def _outputs(gm: torch.fx.GraphModule) -> list[object]:
     return list(out.args[0]) if isinstance(out.args[0], (tuple, list)) else [out.args[0]]
 
 
-def branch_q(gm: torch.fx.GraphModule, i: int) -> torch.fx.Node | None:
-    """The quantize of branch `i`'s op output (its output's dequantize's input), or None."""
+def branch_q(gm: torch.fx.GraphModule, i: int, own: bool = False) -> torch.fx.Node | None:
+    """The quantize of branch `i`'s op output (its output's dequantize's input), or None. `own`
+    (`Case.requantized`): the op's own quantize, before the requant the quantizer put after it."""
     dq = _outputs(gm)[i]
-    if isinstance(dq, torch.fx.Node) and _is_dq(dq) and isinstance(dq.args[0], torch.fx.Node) and _is_q(dq.args[0]):
-        return dq.args[0]
-    return None
+    q = dq.args[0] if isinstance(dq, torch.fx.Node) and _is_dq(dq) else None
+    if not (isinstance(q, torch.fx.Node) and _is_q(q)):
+        return None
+    while own and isinstance(x := q.args[0], torch.fx.Node) and _is_dq(x) and isinstance(x.args[0], torch.fx.Node):
+        if not _is_q(x.args[0]):
+            break
+        q = x.args[0]
+    return q
 
 
-def move_branch_domains(gm: torch.fx.GraphModule, variant: str) -> tuple[torch.fx.GraphModule, list[bool]]:
-    """A copy with every branch's output domain moved; which branches were quantized."""
+def move_branch_domains(
+    gm: torch.fx.GraphModule, variant: str, own: Sequence[bool] = ()
+) -> tuple[torch.fx.GraphModule, list[bool]]:
+    """A copy with every branch's output domain moved (`own[i]`: see `branch_q`); which branches were quantized."""
     gm = copy.deepcopy(gm)
     moved = []
     for i in range(len(_outputs(gm))):
-        q = branch_q(gm, i)
+        q = branch_q(gm, i, i < len(own) and own[i])
         moved.append(q is not None)
         if q is None or variant == "stock":
             continue
@@ -882,12 +900,12 @@ def measure_batch(
     converted, how = backend.quantize_batch(cases, model, samples, custom)
     metas, qparams, moved = [], [], []
     for i in range(len(cases)):
-        q = branch_q(converted, i)
+        q = branch_q(converted, i, cases[i].requantized)
         qparams.append((float(q.args[1]), int(q.args[2])) if q is not None else None)
         op = q.args[0] if q is not None else None
         metas.append(dict(op.meta.get("custom") or {}) if isinstance(op, torch.fx.Node) else {})
         moved.append(_base(op.target) if isinstance(op, torch.fx.Node) and op.op == "call_function" else "")
-    gm, quantized = move_branch_domains(converted, variant)
+    gm, quantized = move_branch_domains(converted, variant, [c.requantized for c in cases])
     with torch.no_grad():
         reference = [list(gm(*s)) for s in samples]
     results = [

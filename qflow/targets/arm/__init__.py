@@ -52,6 +52,13 @@ TARGET = Target(
         "sum": OpRule.RESCALE,
         "upsample_nearest2d": OpRule.CODE_COPY,
         "upsample_bilinear2d": OpRule.CODE_COPY,
+        # Measured by the contract probe (2026-11-26): the Arm quantizer marks these quantized, but the
+        # TOSA partitioner leaves them on the CPU, which computes them on reals between a dequantize and
+        # a quantize (fold is col2im before to_edge, an index_put into zeros after it, left on the CPU
+        # too; an index_put of its own is delegated and copies codes: 9 / 35 LSB off, a pass-through).
+        "grid_sampler": OpRule.CPU_FLOAT,
+        "grid_sampler_2d": OpRule.CPU_FLOAT,
+        "col2im": OpRule.CPU_FLOAT,
     },
     fusion=Fusion.NARROW_QMIN,
     int16_zero_point_zero=True,

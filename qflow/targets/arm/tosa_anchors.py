@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from torch import fx
 
 from qflow.domain import FLOAT, Domain
 from qflow.ir.fx_nodes import Consts, qdq_domain, target_name
@@ -27,21 +28,30 @@ def _qdq(node: Any, consts: Any) -> Domain | None:
 
 
 def partition_anchors(ep: Any) -> Anchors:
-    """Domains the partition program (Q/DQ intact) declares, by FX node name."""
+    """Domains the partition program (Q/DQ intact) declares, by FX node name; a control-flow
+    subgraph's nodes as ``<node>_<subgraph>`` (how the serializer names its region's tensors)."""
+    a = Anchors(inputs={}, outputs=[], consts={})
+    _read_graph(a, ep.graph, Consts(ep.graph_module, ep), "")
+    for name, sub in ep.graph_module.named_children():
+        if isinstance(sub, fx.GraphModule):
+            _read_graph(a, sub.graph, Consts(sub, None), f"_{name}")
+    return a
+
+
+def _read_graph(a: Anchors, graph: fx.Graph, consts: Consts, region: str) -> None:
     from qflow.ir import activations, copy_chains
     from qflow.ops import OpClass, base_name, classify
 
-    consts = Consts(ep.graph_module, ep)
-    a = Anchors(inputs={}, outputs=[], consts={})
-    for n in ep.graph.nodes:
-        a.nodes.add(n.name)
+    for n in graph.nodes:
+        key = n.name + region
+        a.nodes.add(key)
         if n.op != "call_function":
             continue
         cls = classify(target_name(n))
         if cls is OpClass.DEQUANTIZE and n.args and hasattr(n.args[0], "op") and n.args[0].op == "placeholder":
             d = _qdq(n, consts)
             if d is not None:
-                a.consts.setdefault(n.args[0].name, d)
+                a.consts.setdefault(n.args[0].name + region, d)
             continue
         if cls in (OpClass.QUANTIZE, OpClass.DEQUANTIZE):
             continue
@@ -50,27 +60,27 @@ def partition_anchors(ep: Any) -> Anchors:
         out = _qdq(qs[0], consts) if qs else None
         inp = _qdq(dqs[0], consts) if dqs else None
         if out is not None:
-            a.node_out[n.name] = out
+            a.node_out[key] = out
         if inp is not None:
-            a.node_in[n.name] = inp
-        a.ops[n.name] = _unary(n)
+            a.node_in[key] = inp
+        a.ops[key] = _unary(n)
         name = base_name(target_name(n))
-        a.order.append((n.name, name))
+        if not region:  # (the serializer numbers a region's operators on their own)
+            a.order.append((key, name))
         if name in ("constant_pad_nd", "pad"):  # constant_pad_nd(x, pad, value) / pad(x, pad, mode, value)
             k = 2 if name == "constant_pad_nd" else 3
             v = n.args[k] if len(n.args) > k else n.kwargs.get("value")
             mode = n.args[2] if name == "pad" and len(n.args) > 2 else n.kwargs.get("mode", "constant")
             if mode == "constant" and isinstance(v, (int, float, type(None))):
-                a.pad_values[n.name] = float(v or 0.0)
+                a.pad_values[key] = float(v or 0.0)
         # the weight domain of a conv/linear, for rewritten weight tensors
         if len(dqs) > 1 and (d := _qdq(dqs[1], consts)) is not None:
-            a.consts.setdefault(n.name, d)
+            a.consts.setdefault(key, d)
         if out is not None and name in activations.BOUNDED:
             if copy_chains.fuses_into_next_clamp(n):
                 continue  # FuseConsecutiveClampsPass: one CLAMP, with the next activation's
             lo, hi = copy_chains.fused_bounds(n)  # type: ignore[misc]
-            a.activations.append(Activation(n.name, lo, hi, out))
-    return a
+            a.activations.append(Activation(key, lo, hi, out))
 
 
 def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anchors:

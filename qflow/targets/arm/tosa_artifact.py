@@ -32,7 +32,7 @@ realise the declared ratio:
   513 entries as the Arm InsertTableOpsPass makes them, shifted right to fit
   16 bits; the int32 output is 128 × the interpolated entry);
 * ``PAD``: the pad constant is the pad value quantized in the input's domain
-  (the zero point for 0); ``CONCAT``: one domain;
+  (the zero point for 0); ``CONCAT``, ``SCATTER`` (its values and input): one domain;
 * ``COND_IF`` / ``WHILE_LOOP`` (TOSA-1.0+INT+cf): each region is walked with the domains its
   operands carry in; a COND_IF output must be in one domain whichever branch wrote it, and a
   loop variable must come back from the body in the domain it entered with;

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -220,18 +221,21 @@ _PT2E_OPS = {
 _SUFFIXES = ("_weight_ohwi", "_weight_hwcm", "_weight_odhwi", "_weight", "_table_constant", "_fused_const", "_bias")
 
 
-def _fx_name(tensor: str, nodes: set[str]) -> str | None:
+def _fx_name(tensor: str, nodes: set[str], regions: Iterable[str] = ()) -> str | None:
     """The PT2E node a TOSA tensor name refers to (the Arm serializer names
-    tensors after FX nodes, adding suffixes for rewritten constants)."""
+    tensors after FX nodes, adding suffixes for rewritten constants, and the
+    region's name to a region's tensors: ``<node>_<region>``, as `Anchors.nodes`
+    names a subgraph's nodes)."""
     if tensor in nodes:
         return tensor
-    base = tensor
+    region = next((f"_{r}" for r in regions if tensor.endswith(f"_{r}")), "")
+    base = tensor.removesuffix(region) if region else tensor
     for s in _SUFFIXES:
         if base.endswith(s):
             base = base[: -len(s)]
     for cand in (base, base[2:] if base.startswith("b_") else base):
-        if cand in nodes:
-            return cand
+        if cand + region in nodes:
+            return cand + region
     return None
 
 
@@ -301,7 +305,7 @@ class Interpreter:
             return None
         m = re.fullmatch(r"tosa_[a-z0-9_]+?_default(?:_(\d+))?", op.outputs[0])
         if m is None:
-            return _fx_name(op.outputs[0], self.a.nodes)
+            return _fx_name(op.outputs[0], self.a.nodes, self.p.regions)
         k = int(m.group(1) or 0)
         same = [n for n, base in self.a.order if base in kinds]
         return same[k] if k < len(same) else None
@@ -315,7 +319,7 @@ class Interpreter:
                 if t in seen:
                     continue
                 seen.add(t)
-                n = _fx_name(t, self.a.nodes)
+                n = _fx_name(t, self.a.nodes, self.p.regions)
                 if n is not None and not n.startswith(("b__", "quantized_decomposed_")):
                     return n
                 p = self._prod.get(t)
@@ -325,7 +329,7 @@ class Interpreter:
                     nxt += [*c.outputs]
             frontier = nxt
         for t in [*op.outputs, *op.inputs]:
-            n = _fx_name(t, self.a.nodes)
+            n = _fx_name(t, self.a.nodes, self.p.regions)
             if n is not None:
                 return n
         return "?"
@@ -615,6 +619,10 @@ class Interpreter:
 
     def op_CONCAT(self, op: TosaOp) -> None:  # noqa: N802
         self.same_domain(op, op.outputs[0])
+
+    def op_SCATTER(self, op: TosaOp) -> None:  # noqa: N802
+        """SCATTER(values_in, indices, input): codes of `values_in` and `input` copied (index_put)."""
+        self.same_domain(replace(op, inputs=(op.inputs[0], op.inputs[2])), op.outputs[0])
 
     def same_domain(self, op: TosaOp, out: str | None) -> None:
         doms = [(i, self.get(i)) for i in op.inputs if self.p.tensors.get(i, None) is not None]
@@ -972,7 +980,7 @@ class Interpreter:
     def op_TABLE(self, op: TosaOp) -> None:  # noqa: N802
         x, table = op.inputs[:2]
         out = op.outputs[0]
-        node = _fx_name(table, self.a.nodes)
+        node = _fx_name(table, self.a.nodes, self.p.regions)
         src = self.get(x)
         if node is None and table.endswith("_common"):
             node = self._shared_table_use(table, src)
@@ -1007,7 +1015,7 @@ class Interpreter:
         """The node one use of a table FuseEqualPlaceholdersPass shares (``<node>_table_constant_common``,
         an LSTM's sigmoid at every step) stands for: the nodes of the named one's op that read codes in
         `src`'s domain and whose table is these entries, when they all declare one output domain."""
-        named = _fx_name(table.removesuffix("_common"), self.a.nodes)
+        named = _fx_name(table.removesuffix("_common"), self.a.nodes, self.p.regions)
         entries = self.data(table)
         if named is None or entries is None or src.scale is None or src.zp is None:
             return None

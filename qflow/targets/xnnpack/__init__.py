@@ -33,6 +33,8 @@ TARGET = Target(
         # dialect turns into a where, stay on the CPU in float (probe, custom int8 annotation).
         "where": OpRule.CPU_FLOAT,
         "masked_fill": OpRule.CPU_FLOAT,
+        # index_put, the same (probe, 2026-11-26: left on the CPU, exact whatever the output domain).
+        "index_put": OpRule.CPU_FLOAT,
         # cat, view/reshape/flatten, permute/transpose and max_pool2d keep the PT2E
         # code-copy meaning: XNNPACK refuses a domain change across them at load
         # ("Failed to create cat2 / squeeze / static transpose / maxpool2d node") — when they
