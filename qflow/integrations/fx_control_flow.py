@@ -76,8 +76,7 @@ class ControlFlowReading:
         quantize of its result), up to a difference that moves no code; one whose result is not
         quantized once is unproven there."""
         carriers = tuple(t.name for t in self._members if t.carries_loop_codes)
-        body = getattr(self.gm, str(node.args[1].target), None) if isinstance(node.args[1], fx.Node) else None
-        if not carriers or not isinstance(body, fx.GraphModule) or not isinstance(node.args[2], (tuple, list)):
+        if not carriers or not isinstance(node.args[2], (tuple, list)):
             return
         consts = Consts(self.gm, None)
         results = {u.args[1]: u for u in node.users if "getitem" in target_name(u) and isinstance(u.args[1], int)}
