@@ -435,19 +435,23 @@ class Interpreter:
         self.clamps += sub.clamps
         return sub
 
+    def _dtype(self, name: str) -> str:
+        t = self.p.tensors.get(name)
+        return QDTYPES.get(t.dtype, t.dtype.lower()) if t is not None else "?"
+
     def op_COND_IF(self, op: TosaOp) -> None:  # noqa: N802
         """Either branch may run: each output must be in one domain whichever branch wrote it."""
         names = (op.attrs.get("then_graph", ""), op.attrs.get("else_graph", ""))
         branches = [self.region(n, op.inputs[1:]) for n in names]
         for k, out in enumerate(op.outputs):
-            dtype = self.out_dtype(op) if out in self.p.tensors else "?"
+            dtype = self._dtype(out)
             if any(b is None for b in branches):
                 self.unknown(out, dtype, f"COND_IF #{op.index}: a branch ({', '.join(names)}) is not in the payload")
                 continue
-            written = [(b, b.p.outputs[k]) for b in branches if b is not None]
-            doms = [b.get(o) for b, o in written]
             if self.p.tensors[out].dtype == "BOOL":
                 continue
+            written = [(b, b.p.outputs[k]) for b in branches if b is not None]
+            doms = [b.get(o) for b, o in written]
             blind = next(((b, o) for (b, o), d in zip(written, doms, strict=True) if d.scale is None or d.zp is None),
                          None)  # fmt: skip
             if blind is not None:
@@ -469,7 +473,7 @@ class Interpreter:
         cond = self.region(op.attrs.get("cond_graph", ""), op.inputs)
         body = self.region(op.attrs.get("body_graph", ""), op.inputs)
         for k, (arg, out) in enumerate(zip(op.inputs, op.outputs, strict=True)):
-            dtype = self.out_dtype(op) if out in self.p.tensors else "?"
+            dtype = self._dtype(out)
             d = self.get(arg)
             if cond is None or body is None:
                 self.unknown(out, dtype, f"WHILE_LOOP #{op.index}: its condition or body is not in the payload")
