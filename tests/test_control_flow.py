@@ -71,15 +71,20 @@ def _quantized(name: str):
 
 @pytest.fixture(scope="module")
 def lowered_cf():
-    """Each quantized control-flow program, lowered once (TOSA-1.0+INT+cf)."""
+    """Each quantized control-flow program, lowered once (TOSA-1.0+INT+cf), and its partitions as
+    the Arm backend sees them right after its fold pass (``folded(name)``)."""
     cache: dict[str, tuple] = {}
+    folded: dict[str, list] = {}
 
     def get(name: str):
         if name not in cache:
             gm, samples = _quantized(name)
-            cache[name] = gm, samples, arm.lower(gm, samples[0], spec="TOSA-1.0+INT+cf")
+            with arm.capture_after() as sink:
+                cache[name] = gm, samples, arm.lower(gm, samples[0], spec="TOSA-1.0+INT+cf")
+            folded[name] = sink
         return cache[name]
 
+    get.folded = lambda name: (get(name), folded[name])[1]
     return get
 
 
@@ -197,3 +202,48 @@ def test_a_wrong_domain_inside_a_branch_is_an_error_located_in_the_branch() -> N
     branch.recompile()
     report = qflow.analyze(gm, target="arm-tosa")
     assert [(f.kind, f.node) for f in report.errors] == [("domain-mismatch", f"cond/submodule_0/{dq.name}")]
+
+
+@pytest.mark.parametrize("name", [*CONSISTENT, "cond-multiple"])
+def test_folded_partitions_with_cond_and_while_are_read(name: str, lowered_cf) -> None:
+    """After the fold pass, branches and loop bodies take and return codes: each input in the domain its
+    first quantize named, each output in the one its last dequantize named; the backend rescales from
+    the op's operand domain and into the result's. Read so, the programs the backend lowers right
+    prove (cond-multiple: only its never-measured int8 sin / cos stay unproven), none is an unknown op."""
+    partitions = lowered_cf.folded(name)
+    assert partitions
+    for ep in partitions:
+        assert any(n.target in (torch.ops.higher_order.cond, torch.ops.higher_order.while_loop)
+                   for n in ep.graph_module.graph.nodes)  # fmt: skip
+        report = qflow.analyze(ep, target="arm-tosa")
+        assert not report.errors, [f.message for f in report.errors]
+        assert "unknown-op" not in {f.kind for f in report.findings}, [f.message for f in report.findings]
+        if name in CONSISTENT:
+            assert report.status == "proved", [f.message for f in report.findings]
+
+
+def test_a_folded_loop_that_changes_domain_is_an_error(lowered_cf) -> None:
+    """WhileAdditionalArg after the fold pass: the loop declares one domain for both its variables
+    (the value's, 1/255), the body writes the value back in 0.1255 and the threshold in its own;
+    the backend reads both as 1/255 from the second iteration on (measured wrong, above)."""
+    (ep,) = lowered_cf.folded("while-additional-arg")
+    report = qflow.analyze(ep, target="arm-tosa")
+    assert [(f.kind, f.node) for f in report.errors] == [("domain-mismatch", "while_loop")]
+    mismatched = {o.arg for o in qflow.api.domain_graph(ep, target="arm-tosa").obligations if o.holds is False}
+    assert mismatched == {"loop variable 0", "loop variable 1"}
+
+
+def test_a_wrong_folded_boundary_domain_is_an_error(lowered_cf) -> None:
+    """The domains a folded branch declares at its boundaries are what the backend rescales into and
+    out of: one that disagrees with the branch's own quantize / dequantize is an error there."""
+    (ep,) = lowered_cf.folded("cond-scalar")
+    for where in ("input", "output"):
+        mutant = copy.deepcopy(ep)
+        branch = mutant.graph_module.submodule_0
+        node = next(n for n in branch.graph.nodes if n.op == "placeholder") if where == "input" else (
+            branch.graph.output_node())  # fmt: skip
+        key = "output_qparams" if where == "input" else "input_qparams"
+        qa = node.meta[key][0]
+        node.meta[key][0] = qa._replace(scale=qa.scale * 1.3)
+        report = qflow.analyze(mutant, target="arm-tosa")
+        assert report.errors, where

@@ -88,6 +88,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         target: Target | None = None,
         carry: bool = True,
         reference: Any = None,
+        inputs: dict[str, Definition] | None = None,
     ) -> None:
         if form not in FORMS:
             raise InputError(f"unknown form {form!r}; expected one of {FORMS}")
@@ -115,6 +116,10 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         #: quantizes whose requant a code copy drops and later copies carry (copy_chains)
         self._carried: dict[str, copy_chains.Carry] = {}
         self._carry = carry
+        #: what the caller knows of some placeholders (a folded control-flow subgraph's inputs)
+        self._inputs = inputs or {}
+        #: each folded control-flow node's results by index (fx_control_flow)
+        self._flow_results: dict[str, dict[int, Definition]] = {}
 
     # -- classification ---------------------------------------------------------
     def _op_class(self, node: fx.Node) -> OpClass:
@@ -321,6 +326,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
             self._add_dequantize(node)
         elif cls is OpClass.UNKNOWN and base_name(target_name(node)) in CONTROL_FLOW:
             self._add_control_flow(node)
+        elif cls is OpClass.PASSTHROUGH and self._flow_result(node) is not None:
+            self._add_flow_result(node)
         elif self.form == "folded":
             self._add_folded(node, cls)
         elif self.form == "lowered" and cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION) and is_float(node):
@@ -331,6 +338,9 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
     def _add_leaf(self, node: fx.Node) -> None:
         if node.op == "get_attr" and "lowered_module" in str(node.target):
             return  # the delegate call reads it; it is no tensor
+        if node.op == "placeholder" and node.name in self._inputs:
+            self._value(node, OpClass.UNKNOWN, self._inputs[node.name])
+            return
         if node.op == "get_attr" or self.consts.is_constant(node):
             self._value(node, OpClass.CONSTANT, Definition(DefKind.FREE, reason="constant"))
             return

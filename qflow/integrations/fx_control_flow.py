@@ -1,4 +1,15 @@
-"""The FX reader's control flow: `cond` / `while_loop`, whose Q/DQ subgraphs are read as programs of their own."""
+"""The FX reader's control flow: `cond` / `while_loop`, whose subgraphs are read as programs of their own.
+
+In the Q/DQ form a quantized branch or loop body takes and returns reals. In the Arm folded form
+(after ``FoldAndAnnotateQParamsPass``) it takes and returns codes: each subgraph input carries the
+domain its first quantize named (``output_qparams``), each output the domain its last dequantize
+named (the output node's ``input_qparams``), the op one domain for all its operands
+(``input_qparams``) and each result the domain of the quantize after it (the getitem's
+``output_qparams``). The Arm backend rescales between them at the boundaries (measured: a cond whose
+branches take and return other domains than its operands and result computes exactly on the TOSA
+reference model, tests/test_control_flow.py), except where a loop carries codes: what the body
+writes back is read next time as the loop's entry domain.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +17,14 @@ import torch.fx as fx
 
 from qflow import bounds
 from qflow.domain import Domain
-from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind
+from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, float_fact
 from qflow.ir.fx_nodes import (
     DOMAIN_FREE_DTYPES,
     Consts,
     arg_label,
     is_float,
     qdq_domain,
+    quant_args_domain,
     target_name,
     tensor_args,
     val_dtype,
@@ -37,6 +49,8 @@ class ControlFlowReading:
             for _, _, a in tensor_args(node)
             if a.op == "get_attr" and isinstance(sub := getattr(self.gm, str(a.target), None), fx.GraphModule)
         }
+        if self.form == "folded" and subs and self._read_folded(node, subs):
+            return
         quantized = [
             n.name
             for sub in subs.values()
@@ -70,6 +84,139 @@ class ControlFlowReading:
             if a.name in self.dg.g:
                 self.dg.add_use(a.name, node.name, arg_label(i, j))
 
+    def _read_folded(self, node: fx.Node, subs: dict[str, fx.GraphModule]) -> bool:
+        """A folded cond / while_loop: read each subgraph as a folded program of its own whose
+        inputs hold codes in the domains they declare, oblige each operand to be in the domain the
+        op declares for it and each subgraph output in the one its output node declares, and give
+        each result its domain (`_flow_result`). False when the op's arguments are not as Arm
+        writes them."""
+        loop = base_name(target_name(node)) == "while_loop"
+        args = node.args
+        if len(args) != 4 or not all(isinstance(a, (tuple, list)) for a in args[2 if loop else 3 :]):
+            return False
+        carried = list(args[2] if loop else args[3])
+        extra = list(args[3]) if loop else []
+        iq = node.meta.get("input_qparams") or {}
+        at = 2 if loop else 3
+        entry = quant_args_domain(iq[at], node) if at in iq else None
+        results = {u.args[1]: u for u in node.users if "getitem" in target_name(u) and isinstance(u.args[1], int)}
+        rescaled = {
+            k: quant_args_domain(oq[min(oq)], u) for k, u in results.items() if (oq := u.meta.get("output_qparams"))
+        }
+        for k, a in enumerate(carried):  # one domain for every operand: the backend rescales from it
+            if not isinstance(a, fx.Node):
+                continue
+            pv = self._use(a, node, f"operand {k}", entry, False)
+            codes = (dt := val_dtype(a)) is not None and dt not in DOMAIN_FREE_DTYPES
+            if entry and codes and pv is not None and pv.definition.domain_free:
+                self.dg.oblige_unbounded(
+                    node.name, f"operand {k}", "unvalidated-lowering",
+                    f"{node.name}: operand {k} ({a.name}) holds codes whose domain this program does not record "
+                    f"(a constant); the backend reads every operand in {entry}", (self.target.name,),
+                )  # fmt: skip
+        outs: dict[int, list[tuple[str, Domain | None]]] = {}  # result k → (subgraph output value, its domain)
+        body = str(args[1].target) if loop else None
+        for attr, sub in subs.items():
+            ins = [n for n in sub.graph.nodes if n.op == "placeholder"]
+            known: dict[str, Definition] = {}
+            for i, p in enumerate(ins):
+                oq = p.meta.get("output_qparams") or {}
+                declared = quant_args_domain(oq[min(oq)], p) if oq else None
+                operand = (carried + extra)[i] if i < len(carried) + len(extra) else None
+                if declared is not None:
+                    known[p.name] = Definition(DefKind.FACT, declared, real=False)
+                elif i < len(carried) and entry is not None:
+                    known[p.name] = Definition(DefKind.FACT, entry, real=False)
+                # codes the backend does not rescale (an operand the op declares no domain for, an
+                # additional input) must already be in the domain the subgraph reads them in
+                if declared is not None and (i >= len(carried) or entry is None) and isinstance(operand, fx.Node):
+                    if operand.name in self.dg.g:
+                        self._use(operand, node, f"{attr} input {i}", declared, False)
+            dg = type(self)(sub, None, "folded", self.target, self._carry, self.reference, inputs=known).build()
+            self.dg.absorb(dg, f"{node.name}/{attr}")
+            if loop and attr != body:
+                continue  # (the loop's condition returns a bool)
+            out = sub.graph.output_node()
+            vals = out.args[0] if isinstance(out.args[0], (tuple, list)) else [out.args[0]]
+            oq = out.meta.get("input_qparams") or {}
+            for k, v in enumerate(vals):
+                if not isinstance(v, fx.Node):
+                    return False
+                name = f"{node.name}/{attr}/{v.name}"
+                d = quant_args_domain(oq[k], out) if k in oq else None
+                if d is not None and name in self.dg.g:
+                    self.dg.add_use(name, node.name, f"{attr} output {k}")
+                    self.dg.oblige(
+                        Obligation(ObligationKind.USE, node=node.name, value=name, expected=d, expected_real=False,
+                                   arg=f"{attr} output {k}")
+                    )  # fmt: skip
+                outs.setdefault(k, []).append((name, d))
+        self._value(node, OpClass.COMPUTE, Definition(DefKind.FREE, reason="results are read through getitem"))
+        self._flow_results[node.name] = {
+            k: self._folded_result(node, k, rescaled.get(k), written) for k, written in outs.items()
+        }
+        if loop:
+            carriers = tuple(t.name for t in self._members if t.carries_loop_codes) or (self.target.name,)
+            for k in range(len(carried)):
+                written = outs.get(k, [])
+                leaves = rescaled.get(k) or (written[0][1] if written else None)
+                if entry is not None and leaves is not None:
+                    self._oblige_same_loop_domain(node, k, entry, leaves, "its operands", f"result {k}", carriers)
+                elif entry is not None or leaves is not None:
+                    self.dg.oblige_unbounded(
+                        node.name, f"loop variable {k}", "unvalidated-lowering",
+                        f"{node.name}: loop variable {k} is quantized on one side of the loop only: which domain "
+                        "its codes are in from the second iteration on is not recorded", carriers,
+                    )  # fmt: skip
+        return True
+
+    def _folded_result(self, node: fx.Node, k: int, rescaled: Domain | None, written: list) -> Definition:
+        """Result `k` of a folded control-flow op: in the domain the backend rescales it into (the
+        quantize after it), else in the one every subgraph writes it in."""
+        if rescaled is not None:
+            return Definition(DefKind.FACT, rescaled, real=False)
+        doms = {d for _, d in written}
+        if len(doms) == 1 and (d := doms.pop()) is not None:
+            return Definition(DefKind.FACT, d, real=False)
+        if all(d is None and _holds_reals(self.dg, name) for name, d in written):
+            return float_fact()
+        return Definition(
+            DefKind.FREE, blocking=True,
+            reason=f"{node.name}: result {k} is written in different domains by its subgraphs and not rescaled after",
+        )  # fmt: skip
+
+    def _flow_result(self, node: fx.Node) -> Definition | None:
+        """The definition of a getitem of a folded control-flow op, else None."""
+        src = node.args[0] if node.args else None
+        if not isinstance(src, fx.Node) or src.name not in self._flow_results or len(node.args) < 2:
+            return None
+        return self._flow_results[src.name].get(node.args[1])
+
+    def _add_flow_result(self, node: fx.Node) -> None:
+        d = self._flow_result(node)
+        assert d is not None
+        self._value(node, OpClass.PASSTHROUGH, d)
+        self.dg.add_use(node.args[0].name, node.name, "args[0]")
+
+    def _oblige_same_loop_domain(
+        self, node: fx.Node, k: int, enters: Domain, leaves: Domain, src: str, dst: str, carriers: tuple[str, ...]
+    ) -> None:
+        """Loop variable `k` enters in `enters` and is written back in `leaves`: the body reads the second
+        as the first from the second iteration on, an error unless no code moves."""
+        if enters == leaves:
+            return
+        moved = bounds.dropped_requant(leaves, enters, bounds.COPY)
+        if moved is not None and moved.within_rounding:
+            return
+        self.dg.oblige(
+            Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind="domain-mismatch",
+                       holds=False, targets=carriers, expected=enters, arg=f"loop variable {k}", bound=moved,
+                       detail=f"{node.name}: loop variable {k} enters the loop in {enters} ({src}) and "
+                              f"leaves it in {leaves} ({dst}); the backend carries codes, read in "
+                              f"the first and written in the second, so from the second iteration on the body "
+                              f"reads codes of {leaves} as {enters}")
+        )  # fmt: skip
+
     def _oblige_loop_domains(self, node: fx.Node) -> None:
         """On a target that carries a loop's codes (`Target.carries_loop_codes`), each loop variable
         must leave the loop in the domain it entered with (the dequantize feeding the loop, the
@@ -92,19 +239,8 @@ class ControlFlowReading:
                     "(measured wrong: the Arm suite's WhileAdditionalArg reads its limit in another variable's domain)",
                     carriers,
                 )  # fmt: skip
-            if enters is None or leaves is None or enters == leaves:
-                continue
-            moved = bounds.dropped_requant(leaves, enters, bounds.COPY)
-            if moved is not None and moved.within_rounding:
-                continue
-            self.dg.oblige(
-                Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind="domain-mismatch",
-                           holds=False, targets=carriers, expected=enters, arg=f"loop variable {k}", bound=moved,
-                           detail=f"{node.name}: loop variable {k} enters the loop in {enters} ({arg.name}) and "
-                                  f"leaves it in {leaves} ({out.name}'s quantize); the backend carries codes, read in "
-                                  f"the first and written in the second, so from the second iteration on the body "
-                                  f"reads codes of {leaves} as {enters}")
-            )  # fmt: skip
+            if enters is not None and leaves is not None:
+                self._oblige_same_loop_domain(node, k, enters, leaves, arg.name, f"{out.name}'s quantize", carriers)
 
     def _read_subgraphs(self, node: fx.Node, subs: dict[str, fx.GraphModule]) -> bool:
         """Read each Q/DQ subgraph as a program of its own under `<node>/<attribute>/`; True when
