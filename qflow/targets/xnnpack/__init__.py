@@ -33,8 +33,12 @@ TARGET = Target(
         # dialect turns into a where, stay on the CPU in float (probe, custom int8 annotation).
         "where": OpRule.CPU_FLOAT,
         "masked_fill": OpRule.CPU_FLOAT,
-        # index_put, the same (probe, 2026-11-26: left on the CPU, exact whatever the output domain).
+        # index_put, grid_sample and fold (col2im, an index_put after to_edge), the same (probe,
+        # 2026-11-26, custom int8 annotation: left on the CPU, exact whatever the output domain).
         "index_put": OpRule.CPU_FLOAT,
+        "grid_sampler": OpRule.CPU_FLOAT,
+        "grid_sampler_2d": OpRule.CPU_FLOAT,
+        "col2im": OpRule.CPU_FLOAT,
         # cat, view/reshape/flatten, permute/transpose and max_pool2d keep the PT2E
         # code-copy meaning: XNNPACK refuses a domain change across them at load
         # ("Failed to create cat2 / squeeze / static transpose / maxpool2d node") — when they
