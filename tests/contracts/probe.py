@@ -167,6 +167,8 @@ CASES: tuple[Case, ...] = (
     Case("minimum", "minimum", _f(torch.minimum), (X4, X4)),
     Case("sigmoid", "sigmoid", _f(torch.sigmoid)),
     Case("tanh", "tanh", _f(torch.tanh)),
+    Case("sin", "sin", _f(torch.sin)),
+    Case("cos", "cos", _f(torch.cos)),
     Case("hardswish", "hardswish", _f(F.hardswish)),
     Case("leaky_relu", "leaky_relu", _f(lambda x: F.leaky_relu(x, 0.1))),
     Case("softmax", "softmax", _f(lambda x: torch.softmax(x, -1))),
