@@ -103,12 +103,27 @@ class ControlFlowReading:
         rescaled = {
             k: quant_args_domain(oq[min(oq)], u) for k, u in results.items() if (oq := u.meta.get("output_qparams"))
         }
-        for k, a in enumerate(carried):  # one domain for every operand: the backend rescales from it
-            if not isinstance(a, fx.Node):
+        operands = carried + extra
+        ins = {attr: [n for n in sub.graph.nodes if n.op == "placeholder"] for attr, sub in subs.items()}
+        declared = {
+            (attr, i): quant_args_domain(oq[min(oq)], p)
+            for attr, ps in ins.items()
+            for i, p in enumerate(ps)
+            if (oq := p.meta.get("output_qparams"))
+        }
+        if (
+            entry is None
+            and not declared
+            and not any(sub.graph.output_node().meta.get("input_qparams") for sub in subs.values())
+        ):
+            return False  # (nothing folded: subgraphs that take and return reals, read as Q/DQ programs)
+        for k, a in enumerate(carried):
+            # the backend rescales from the op's one operand domain into each input that declares one
+            if not isinstance(a, fx.Node) or entry is None or not any((attr, k) in declared for attr in subs):
                 continue
             pv = self._use(a, node, f"operand {k}", entry, False)
             codes = (dt := val_dtype(a)) is not None and dt not in DOMAIN_FREE_DTYPES
-            if entry and codes and pv is not None and pv.definition.domain_free:
+            if codes and pv is not None and pv.definition.domain_free:
                 self.dg.oblige_unbounded(
                     node.name, f"operand {k}", "unvalidated-lowering",
                     f"{node.name}: operand {k} ({a.name}) holds codes whose domain this program does not record "
@@ -117,21 +132,18 @@ class ControlFlowReading:
         outs: dict[int, list[tuple[str, Domain | None]]] = {}  # result k → (subgraph output value, its domain)
         body = str(args[1].target) if loop else None
         for attr, sub in subs.items():
-            ins = [n for n in sub.graph.nodes if n.op == "placeholder"]
             known: dict[str, Definition] = {}
-            for i, p in enumerate(ins):
-                oq = p.meta.get("output_qparams") or {}
-                declared = quant_args_domain(oq[min(oq)], p) if oq else None
-                operand = (carried + extra)[i] if i < len(carried) + len(extra) else None
-                if declared is not None:
-                    known[p.name] = Definition(DefKind.FACT, declared, real=False)
-                elif i < len(carried) and entry is not None:
-                    known[p.name] = Definition(DefKind.FACT, entry, real=False)
-                # codes the backend does not rescale (an operand the op declares no domain for, an
-                # additional input) must already be in the domain the subgraph reads them in
-                if declared is not None and (i >= len(carried) or entry is None) and isinstance(operand, fx.Node):
-                    if operand.name in self.dg.g:
-                        self._use(operand, node, f"{attr} input {i}", declared, False)
+            for i, p in enumerate(ins[attr]):
+                operand = operands[i] if i < len(operands) and isinstance(operands[i], fx.Node) else None
+                d = declared.get((attr, i))
+                if d is not None:
+                    known[p.name] = Definition(DefKind.FACT, d, real=False)
+                    if (i >= len(carried) or entry is None) and operand is not None:
+                        # codes the backend does not rescale must already be in the domain the subgraph reads
+                        self._use(operand, node, f"{attr} input {i}", d, False)
+                elif operand is not None and (v := self.dg.get(operand.name)) is not None:
+                    if v.definition.kind is DefKind.FACT:  # (not rescaled: the operand's codes as they are)
+                        known[p.name] = v.definition
             dg = type(self)(sub, None, "folded", self.target, self._carry, self.reference, inputs=known).build()
             self.dg.absorb(dg, f"{node.name}/{attr}")
             if loop and attr != body:
@@ -244,20 +256,32 @@ class ControlFlowReading:
 
     def _read_subgraphs(self, node: fx.Node, subs: dict[str, fx.GraphModule]) -> bool:
         """Read each Q/DQ subgraph as a program of its own under `<node>/<attribute>/`; True when
-        every one takes and returns reals (float or domain-free placeholders and outputs)."""
-        if self.form not in ("qdq", "lowered"):
-            return False
+        every one takes and returns reals (float or domain-free placeholders and outputs); a constant
+        handed in (a nested branch's captured weight) is a constant there too, which its dequantize reads."""
+        operands = _operands(node)
         for attr, sub in subs.items():
-            ins = [n for n in sub.graph.nodes if n.op == "placeholder"]
-            if not all(is_float(n) or val_dtype(n) in DOMAIN_FREE_DTYPES for n in ins):
-                return False
-            dg = type(self)(sub, None, "qdq", self.target, self._carry, self.reference).build()
+            constants: dict[str, Definition] = {}
+            for i, p in enumerate(n for n in sub.graph.nodes if n.op == "placeholder"):
+                if is_float(p) or val_dtype(p) in DOMAIN_FREE_DTYPES:
+                    continue
+                o = operands[i] if i < len(operands) else None
+                if not isinstance(o, fx.Node) or not self.consts.is_constant(o):
+                    return False
+                constants[p.name] = Definition(DefKind.FREE, reason="constant")
+            dg = type(self)(sub, None, "qdq", self.target, self._carry, self.reference, inputs=constants).build()
             outs = sub.graph.output_node().args[0]
             outs = outs if isinstance(outs, (tuple, list)) else [outs]
             if not all(isinstance(o, fx.Node) and _holds_reals(dg, o.name) for o in outs):
                 return False
             self.dg.absorb(dg, f"{node.name}/{attr}")
         return True
+
+
+def _operands(node: fx.Node) -> list:
+    """What a cond / while_loop hands its subgraphs, in placeholder order."""
+    if base_name(target_name(node)) == "while_loop":
+        return [*node.args[2], *node.args[3]] if len(node.args) == 4 else []
+    return list(node.args[3]) if len(node.args) == 4 and isinstance(node.args[3], (tuple, list)) else []
 
 
 def _holds_reals(dg: DomainGraph, name: str) -> bool:

@@ -14,8 +14,9 @@ from torch import fx
 
 from qflow.domain import FLOAT, Domain
 from qflow.ir.fx_nodes import Consts, qdq_domain, target_name
+from qflow.ops import OpClass, base_name, classify
 from qflow.targets.arm.tosa_constants import MERGED, anchor_made_constants, content_key
-from qflow.targets.arm.tosa_flatbuffer import TosaProgram, TosaTensor, read
+from qflow.targets.arm.tosa_flatbuffer import TosaProgram, TosaTensor, read, region_of
 from qflow.targets.arm.tosa_interpreter import CODE_RANGE, Activation, Anchors, Check, validate
 
 
@@ -32,15 +33,16 @@ def partition_anchors(ep: Any) -> Anchors:
     subgraph's nodes as ``<node>_<subgraph>`` (how the serializer names its region's tensors)."""
     a = Anchors(inputs={}, outputs=[], consts={})
     _read_graph(a, ep.graph, Consts(ep.graph_module, ep), "")
-    for name, sub in ep.graph_module.named_children():
-        if isinstance(sub, fx.GraphModule):
-            _read_graph(a, sub.graph, Consts(sub, None), f"_{name}")
+    subs = [(name, sub) for name, sub in ep.graph_module.named_children() if isinstance(sub, fx.GraphModule)]
+    while subs:  # (a nested cond's region is named `<outer>__<inner>`)
+        name, sub = subs.pop()
+        _read_graph(a, sub.graph, Consts(sub, None), f"_{name}")
+        subs += [(f"{name}__{n}", m) for n, m in sub.named_children() if isinstance(m, fx.GraphModule)]
     return a
 
 
 def _read_graph(a: Anchors, graph: fx.Graph, consts: Consts, region: str) -> None:
     from qflow.ir import activations, copy_chains
-    from qflow.ops import OpClass, base_name, classify
 
     for n in graph.nodes:
         key = n.name + region
@@ -86,7 +88,6 @@ def _read_graph(a: Anchors, graph: fx.Graph, consts: Consts, region: str) -> Non
 def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anchors:
     """Anchors of one delegate call: the partition's declarations plus the
     parent's quantize (inputs) and dequantize (outputs) arguments."""
-    from qflow.ops import OpClass, classify
 
     ep = lowered.original_module
     a = partition_anchors(ep)
@@ -174,25 +175,51 @@ class Constant:
 def constant_domains(ep: Any, only: set[str] | None = None) -> tuple[Constant, ...]:
     """The quantized constants of a Q/DQ program (a partition, or the whole
     PT2E program a .pte was lowered from): each dequantize of an integer
-    parameter, buffer or constant gives its codes a domain."""
-    from qflow.ops import OpClass, classify
-
+    parameter, buffer or constant gives its codes a domain, also where a cond or
+    while_loop hands the constant to a subgraph that dequantizes it."""
     consts = Consts(ep.graph_module, ep)
     out = []
-    for n in ep.graph.nodes:
-        if n.op != "call_function" or classify(target_name(n)) is not OpClass.DEQUANTIZE:
-            continue
-        src = n.args[0] if n.args else None
-        if not hasattr(src, "op") or src.op not in ("placeholder", "get_attr") or (only and src.name not in only):
+    for n, src in _constant_dequantizes(ep.graph_module, {}):
+        if only and src.name not in only:
             continue
         t = consts.tensor(src)
-        d = _qdq(n, consts)
+        d = _qdq(n, consts if n.graph is ep.graph else Consts(n.graph.owning_module, None))
         if t is not None and d is not None and not t.dtype.is_floating_point:
             v = t.detach().numpy()
             by_rows = v.ndim >= 2 and (not d.per_channel or d.axis == 0)
             rows = _channel_keys(v, v.shape[0]) if by_rows else ()
             out.append(Constant(src.name, content_key(v), d, rows))
     return tuple(out)
+
+
+def _constant_dequantizes(gm: fx.GraphModule, bound: dict[str, fx.Node]) -> Iterable[tuple[fx.Node, fx.Node]]:
+    """(dequantize, the top-level constant it reads) in `gm` and the control-flow subgraphs it calls;
+    `bound`: the subgraph's placeholders that stand for top-level constants."""
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        if classify(target_name(n)) is OpClass.DEQUANTIZE:
+            src = n.args[0] if n.args else None
+            if isinstance(src, fx.Node) and src.name in bound:
+                yield n, bound[src.name]
+            elif isinstance(src, fx.Node) and src.op in ("placeholder", "get_attr") and not bound:
+                yield n, src
+            continue
+        name = target_name(n).rsplit(".", 1)[-1]
+        if name not in ("cond", "while_loop") or len(n.args) != 4:
+            continue
+        ops = [*n.args[2], *n.args[3]] if name == "while_loop" else list(n.args[3])
+        for a in n.args[:3]:
+            sub = getattr(gm, str(a.target), None) if isinstance(a, fx.Node) and a.op == "get_attr" else None
+            if not isinstance(sub, fx.GraphModule):
+                continue
+            ins = [p for p in sub.graph.nodes if p.op == "placeholder"]
+            inner = {
+                p.name: bound.get(o.name, o)
+                for p, o in zip(ins, ops, strict=False)
+                if isinstance(o, fx.Node) and (o.name in bound or (not bound and o.op in ("placeholder", "get_attr")))
+            }
+            yield from _constant_dequantizes(sub, inner)
 
 
 @dataclass(frozen=True)
@@ -225,6 +252,11 @@ def merged_constants(
     return out
 
 
+def _outside_region(name: str, prog: TosaProgram) -> str:
+    """A region's tensor's name without the region's suffix (the serializer's ``<node>_<region>``)."""
+    return name.removesuffix(f"_{r}") if (r := region_of(name, prog.regions)) is not None else name
+
+
 def link_constants(prog: TosaProgram, constants: Iterable[Constant], skip: Iterable[str] = ()) -> dict[str, Domain]:
     """Each integer constant of the artifact, linked to the domain of the
     quantized constant it is: the one with its name and its values, else the
@@ -241,7 +273,7 @@ def link_constants(prog: TosaProgram, constants: Iterable[Constant], skip: Itera
         if name in skip or t.data is None or t.dtype not in ("INT8", "INT16", "INT32", "INT4"):
             continue
         key = content_key(t.data)
-        named = by_name.get(name)
+        named = by_name.get(name) or by_name.get(_outside_region(name, prog))
         fused = by_name.get(name.removesuffix(MERGED)) if name.endswith(MERGED) else None
         if named is not None and named.key == key:
             out[name] = named.domain
@@ -284,7 +316,6 @@ def _match_by_content(a: Anchors, declared: dict[str, Domain], ep: Any, prog: To
 
 def _plain(getitems: list[Any], dtype: str) -> bool:
     """The parent uses the output as integers (no dequantize): plain integer data."""
-    from qflow.ops import OpClass, classify
 
     if dtype not in CODE_RANGE or not getitems:
         return False

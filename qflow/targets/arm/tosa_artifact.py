@@ -56,6 +56,7 @@ from typing import Any
 
 from qflow.domain import FLOAT
 from qflow.ir.fx_nodes import target_name
+from qflow.targets.arm import tosa_anchors
 from qflow.targets.arm.tosa_anchors import Reference, check_delegate, constant_domains, link_constants, reference
 from qflow.targets.arm.tosa_flatbuffer import read
 from qflow.targets.arm.tosa_interpreter import Anchors, Check, describe, validate
@@ -113,9 +114,10 @@ def add_evidence(dg: Any, prefix: str, call_name: str, checks: Iterable[Check]) 
         )  # fmt: skip
 
 
-def analyze_artifact(obj: Any, name: str = "") -> Any:
+def analyze_artifact(obj: Any, name: str = "", reference: Any = None) -> Any:
     """Prove the TOSA artifacts of a lowered program alone (graph checks off):
-    a Report whose every obligation comes from the flatbuffers."""
+    a Report whose every obligation comes from the flatbuffers. `reference`: the
+    PT2E ExportedProgram it was lowered from (for weights kept as bare codes)."""
     from qflow.analysis import analyze_graph
     from qflow.graph import DomainGraph
     from qflow.ir.delegate import lowered_module
@@ -123,11 +125,12 @@ def analyze_artifact(obj: Any, name: str = "") -> Any:
     from qflow.ops import OpClass, classify
 
     gm, _ = graph_module_of(obj)
+    ref = tosa_anchors.reference(reference) if reference is not None else None
     dg = DomainGraph(form="artifact")
     for n in gm.graph.nodes:
         if n.op == "call_function" and classify(target_name(n)) is OpClass.DELEGATE:
             lm = lowered_module(gm, n)
-            checks = check_delegate(gm, n, lm) if lm is not None else None
+            checks = check_delegate(gm, n, lm, ref) if lm is not None else None
             if checks is None:
                 backend = getattr(lm, "backend_id", "?")
                 dg.notes.append(f"{n.name}: {backend} carries no TOSA flatbuffer, or is a float partition")

@@ -29,7 +29,7 @@ from torch import fx
 from qflow.domain import Domain
 from qflow.ir.fx_nodes import Consts, constant_nodes, qdq_domain, target_name
 from qflow.ops import OpClass, base_name, classify
-from qflow.targets.arm.tosa_flatbuffer import TosaOp, TosaProgram
+from qflow.targets.arm.tosa_flatbuffer import TosaOp, TosaProgram, region_module, region_of
 from qflow.targets.arm.tosa_interpreter import Anchors, Interpreter
 
 MERGED = "_common"
@@ -105,8 +105,8 @@ def _consts(ep: Any) -> Consts:
 def _anchor_folded(prog: TosaProgram, anchors: Anchors, ep: Any) -> None:
     candidates: list[str] | None = None
     for name, t in prog.tensors.items():
-        region = next((r for r in prog.regions if name.endswith(f"_{r}")), None)
-        sub = getattr(ep.graph_module, region, None) if region is not None else None
+        region = region_of(name, prog.regions)
+        sub = region_module(ep.graph_module, region) if region is not None else None
         base = name.removesuffix(f"_{region}") if isinstance(sub, fx.GraphModule) else name
         suffix = next((s for s in FOLDED if base.endswith(s)), None)
         if suffix is None or name in anchors.consts or t.data is None:

@@ -3,6 +3,7 @@ ships: its tensors (with constant data decoded) and operators, in block order.""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,19 @@ class TosaProgram:
 
     def producer(self) -> dict[str, TosaOp]:
         return {o: op for op in self.ops for o in op.outputs}
+
+
+def region_of(tensor: str, regions: Iterable[str]) -> str | None:
+    """The region whose tensor `tensor` is (named ``<node>_<region>``; a nested cond's region is
+    ``<outer region>__<subgraph>``, so the longest matching region is the one)."""
+    return max((r for r in regions if tensor.endswith(f"_{r}")), key=len, default=None)
+
+
+def region_module(gm: Any, region: str) -> Any:
+    """The control-flow subgraph of `gm` a region was lowered from (``a__b``: `gm.a.b`), else None."""
+    for part in region.split("__"):
+        gm = getattr(gm, part, None)
+    return gm
 
 
 def _names(enum_cls: type) -> dict[int, str]:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from qflow.domain import DTYPE_RANGE, FLOAT, Domain
-from qflow.targets.arm.tosa_flatbuffer import NUMPY_DTYPES, QDTYPES, TosaOp, TosaProgram
+from qflow.targets.arm.tosa_flatbuffer import NUMPY_DTYPES, QDTYPES, TosaOp, TosaProgram, region_of
 
 
 @dataclass(frozen=True)
@@ -228,7 +228,7 @@ def _fx_name(tensor: str, nodes: set[str], regions: Iterable[str] = ()) -> str |
     names a subgraph's nodes)."""
     if tensor in nodes:
         return tensor
-    region = next((f"_{r}" for r in regions if tensor.endswith(f"_{r}")), "")
+    region = f"_{r}" if (r := region_of(tensor, regions)) is not None else ""
     base = tensor.removesuffix(region) if region else tensor
     for s in _SUFFIXES:
         if base.endswith(s):
