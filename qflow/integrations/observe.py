@@ -255,21 +255,21 @@ class Observer:
             finally:
                 self._depth -= 1
             if self._depth == 0:
-                self._prove_lowered(rec, result)
+                self._prove_lowered(rec, result, *_lowered_from(fn, args, kwargs))
             return result
 
         return lowering
 
     # -- proving -----------------------------------------------------------------------
 
-    def _prove_lowered(self, rec: TestRecord, manager: Any) -> None:
+    def _prove_lowered(self, rec: TestRecord, manager: Any, target: str | None = None, reference: Any = None) -> None:
         index = sum(1 for p in rec.programs if p.kind == "lowered")
         try:
             methods = list(getattr(manager, "methods", None) or ["forward"])
         except Exception:
             methods = ["forward"]
         if methods == ["forward"]:
-            self._prove(rec, manager, "lowered", index)
+            self._prove(rec, manager, "lowered", index, target=target, reference=reference)
             return
         for method in methods:
             try:
@@ -279,9 +279,20 @@ class Observer:
                 continue
             self._prove(rec, ep, "lowered", index, suffix=f".{method}")
 
-    def _prove(self, rec: TestRecord, obj: Any, kind: str, index: int, suffix: str = "", spent: float = 0.0) -> None:
-        """Analyse `obj` (`spent`: seconds already spent reading it); any qflow exception
-        becomes the program's error, never the test's."""
+    def _prove(
+        self,
+        rec: TestRecord,
+        obj: Any,
+        kind: str,
+        index: int,
+        suffix: str = "",
+        spent: float = 0.0,
+        target: str | None = None,
+        reference: Any = None,
+    ) -> None:
+        """Analyse `obj` (`spent`: seconds already spent reading it; `target` / `reference`: the
+        target it was lowered for and the program it was lowered from, when the lowering call says);
+        any qflow exception becomes the program's error, never the test's."""
         from qflow.api import analyze
 
         name = f"{rec.nodeid}::{kind}[{index}]{suffix}"
@@ -291,10 +302,27 @@ class Observer:
         with _rng_preserved():
             try:
                 # a lowered program runs its non-delegated ops on the CPU in float
-                report = analyze(obj, form="lowered" if kind == "lowered" else None, name=name)
+                form = "lowered" if kind == "lowered" else None
+                report = analyze(obj, form=form, name=name, target=target, reference=reference)
             except Exception as e:
                 error = f"{type(e).__name__}: {e}"
         rec.programs.append(Program(kind, name, time.perf_counter() - t0, report, error))
+
+
+def _lowered_from(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> tuple[str | None, Any]:
+    """(target, reference) of a ``to_edge_transform_and_lower(program, partitioner=[...])`` call whose
+    partitioners all lower to one target that reads the program a lowered one came from (a TOSA
+    payload's weights are bare codes whose scales only that program declares), else (None, None)."""
+    if fn.__name__ != "to_edge_transform_and_lower":
+        return None, None
+    program = args[0] if args else kwargs.get("programs")
+    partitioners = kwargs.get("partitioner", args[1] if len(args) > 1 else None)
+    partitioners = partitioners if isinstance(partitioners, (list, tuple)) else [partitioners]
+    found = {targets.for_partitioner(p) for p in partitioners if p is not None}
+    if len(found) != 1 or type(program).__name__ != "ExportedProgram":
+        return None, None
+    (t,) = found
+    return (t.name, program) if t is not None and t.hook("read_reference") is not None else (None, None)
 
 
 @dataclass
