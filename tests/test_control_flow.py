@@ -241,3 +241,18 @@ def test_a_wrong_folded_boundary_domain_is_an_error(lowered_cf) -> None:
         node.meta[key][0] = qa._replace(scale=qa.scale * 1.3)
         report = qflow.analyze(mutant, target="arm-tosa")
         assert report.errors, where
+
+
+def test_observe_mode_proves_a_lowering_with_the_program_it_was_given(lowered_cf) -> None:
+    """Observing a lowering (the pytest plugin's --qflow-observe): the program handed to
+    ``to_edge_transform_and_lower`` with the Arm partitioner is the lowered one's reference, so the nested
+    branch's constant, a bare code in the TOSA payload, gets its scale and the lowered program proves."""
+    from qflow.integrations.observe import Observer
+
+    gm, samples, _ = lowered_cf("cond-nested")
+    with Observer().observe("cond-nested") as record:
+        arm.lower(gm, samples[0], spec="TOSA-1.0+INT+cf")
+    (lowered,) = [p for p in record.programs if p.kind == "lowered"]
+    assert lowered.report is not None and lowered.report.status == "proved", lowered.error or [
+        f.message for f in lowered.report.findings
+    ]

@@ -234,7 +234,7 @@ class Observer:
             rec.notes.append(f"ExecuTorch lowerings not observed ({type(e).__name__}: {e})")
             return
         original = _program.to_edge_transform_and_lower
-        wrapped = self._wrap(original, rec)
+        wrapped = self._wrap(original, rec, given_program=True)
         # Rebind the name wherever it was imported (arm_tester imports it by name).
         for mod in list(sys.modules.values()):
             namespace = getattr(mod, "__dict__", None)
@@ -246,7 +246,9 @@ class Observer:
         cls.to_backend = self._wrap(to_backend, rec)
         stack.callback(setattr, cls, "to_backend", to_backend)
 
-    def _wrap(self, fn: Callable[..., Any], rec: TestRecord) -> Callable[..., Any]:
+    def _wrap(self, fn: Callable[..., Any], rec: TestRecord, given_program: bool = False) -> Callable[..., Any]:
+        """`given_program`: `fn` is called with the program it lowers (``to_edge_transform_and_lower``)."""
+
         @functools.wraps(fn)
         def lowering(*args: Any, **kwargs: Any) -> Any:
             self._depth += 1
@@ -255,7 +257,7 @@ class Observer:
             finally:
                 self._depth -= 1
             if self._depth == 0:
-                self._prove_lowered(rec, result, *_lowered_from(fn, args, kwargs))
+                self._prove_lowered(rec, result, *(_lowered_from(args, kwargs) if given_program else (None, None)))
             return result
 
         return lowering
@@ -309,20 +311,21 @@ class Observer:
         rec.programs.append(Program(kind, name, time.perf_counter() - t0, report, error))
 
 
-def _lowered_from(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> tuple[str | None, Any]:
+def _lowered_from(args: tuple, kwargs: dict[str, Any]) -> tuple[str | None, Any]:
     """(target, reference) of a ``to_edge_transform_and_lower(program, partitioner=[...])`` call whose
     partitioners all lower to one target that reads the program a lowered one came from (a TOSA
     payload's weights are bare codes whose scales only that program declares), else (None, None)."""
-    if fn.__name__ != "to_edge_transform_and_lower":
+    try:  # (never the test's exception)
+        program = args[0] if args else kwargs.get("programs")
+        partitioners = kwargs.get("partitioner", args[1] if len(args) > 1 else None)
+        partitioners = partitioners if isinstance(partitioners, (list, tuple)) else [partitioners]
+        found = {t.name if (t := targets.for_partitioner(p)) is not None else None for p in partitioners}
+        if len(found) != 1 or None in found or type(program).__name__ != "ExportedProgram":
+            return None, None
+        (name,) = found
+        return (name, program) if targets.get(name).hook("read_reference") is not None else (None, None)
+    except Exception:
         return None, None
-    program = args[0] if args else kwargs.get("programs")
-    partitioners = kwargs.get("partitioner", args[1] if len(args) > 1 else None)
-    partitioners = partitioners if isinstance(partitioners, (list, tuple)) else [partitioners]
-    found = {targets.for_partitioner(p) for p in partitioners if p is not None}
-    if len(found) != 1 or type(program).__name__ != "ExportedProgram":
-        return None, None
-    (t,) = found
-    return (t.name, program) if t is not None and t.hook("read_reference") is not None else (None, None)
 
 
 @dataclass
