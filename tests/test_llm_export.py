@@ -16,14 +16,16 @@ import qflow
 PARAMS = {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 256, "multiple_of": 32}
 
 
-def _export_llm(out: Path, kv_cache: bool, qmode: str = "8da4w") -> Path:
+def _export_llm(out: Path, kv_cache: bool, qmode: str = "8da4w", pt2e: str | None = None) -> Path:
+    """`qmode`: torchao's `quantize_` mode; `pt2e`: a PT2E quantizer instead (`quantization.pt2e_quantize`)."""
     (out / "params.json").write_text(json.dumps({**PARAMS, "norm_eps": 1e-5}))
     kv = str(kv_cache).lower()
     cmd = [
         sys.executable, "-m", "executorch.extension.llm.export.export_llm",
         "base.model_class=llama3", f"base.params={out / 'params.json'}",
         f"model.use_kv_cache={kv}", f"model.use_sdpa_with_kv_cache={kv}", "backend.xnnpack.enabled=true",
-        f"quantization.qmode={qmode}", "quantization.group_size=32",
+        *([f"quantization.pt2e_quantize={pt2e}"] if pt2e else [f"quantization.qmode={qmode}",
+                                                             "quantization.group_size=32"]),
         "export.max_seq_length=64", "export.max_context_length=64",
         f"export.output_dir={out}", "export.output_name=tiny.pte", f"hydra.run.dir={out}",
     ]  # fmt: skip
@@ -73,3 +75,21 @@ def test_the_int8_weight_only_llm_pte_is_a_quantized_program_computed_in_float(t
     assert report.status == "proved", str(report)
     found = [f for f in report.findings if f.kind == "float-weight-codes"]
     assert len(found) == 2 * 7 + 1 and all(f.severity == "info" for f in found), [f.node for f in found]
+
+
+@pytest.fixture(scope="session")
+def tiny_pt2e_pte(tmp_path_factory) -> Path:
+    """PT2E instead of `quantize_`: the stock XNNPACKQuantizer, dynamic int8 activations and weights."""
+    return _export_llm(tmp_path_factory.mktemp("llm-pt2e"), kv_cache=True, pt2e="xnnpack_dynamic")
+
+
+def test_the_pt2e_dynamic_llm_pte_proves_with_every_linear_read_from_its_payload(tiny_pt2e_pte) -> None:
+    """Each of the 15 linears (7 per layer, the head) is an XNNPACK delegate computing on int8 codes of a
+    per-token run-time domain, read from the payload; RMSNorm, RoPE, the KV cache and custom SDPA stay on
+    the CPU in float."""
+    report = qflow.analyze(tiny_pt2e_pte, target="xnnpack")
+    assert report.status == "proved", str(report)
+    dg = qflow.api.domain_graph(tiny_pt2e_pte, target="xnnpack")
+    domains = [(v.name, v.definition.domain) for v in dg.values() if v.definition.domain is not None]
+    dynamic = [name for name, d in domains if d.opaque and "dynamic" in d.opaque]
+    assert len(dynamic) == 2 * 7 + 1, dynamic
