@@ -16,6 +16,7 @@ import torch
 from test_tosa_artifact import _run, mutants
 
 import qflow
+from qflow.ir.delegate import lowered_module
 from qflow.targets.arm import pipeline as arm
 from qflow.targets.arm import tosa_artifact
 
@@ -56,6 +57,7 @@ QUANTIZED = {
     "while-additional-arg": (suite_while.WhileAdditionalArg, lambda: (torch.ones(2, 3),)),
     "cond-multiple": (suite_cond.CondMultipleOneArgOneOutput, lambda: (torch.randn(1, 1, 2, 2),)),
     "cond-nested": (suite_cond.CondNestedOneArgOneOutput, lambda: (torch.randn(1, 1, 2, 2),)),
+    "cond-buffer": (suite_cond.CondOneArgBufferOneOutput, lambda: (torch.randn(1, 1, 2, 2),)),
 }
 
 
@@ -90,7 +92,7 @@ def lowered_cf():
 
 
 #: The programs the Arm backend lowers right (the TOSA reference model equals the fake-quantized model).
-CONSISTENT = ["cond-scalar", "cond-two-args", "while-two-inputs", "cond-multiple", "cond-nested"]
+CONSISTENT = ["cond-scalar", "cond-two-args", "while-two-inputs", "cond-multiple", "cond-nested", "cond-buffer"]
 
 
 @pytest.mark.parametrize("name", CONSISTENT)
@@ -202,29 +204,44 @@ def test_a_wrong_domain_inside_a_branch_is_an_error_located_in_the_branch() -> N
     assert [(f.kind, f.node) for f in report.errors] == [("domain-mismatch", f"cond/submodule_0/{dq.name}")]
 
 
+def _before_fold(lowered) -> torch.export.ExportedProgram:
+    """The (one) partition as the Arm backend was handed it, before its passes: Q/DQ intact."""
+    gm = lowered.exported_program().graph_module
+    (lm,) = [lowered_module(gm, n) for n in gm.graph.nodes if "executorch_call_delegate" in str(n.target)]
+    return lm.original_module
+
+
 @pytest.mark.parametrize("name", CONSISTENT)
 def test_folded_partitions_with_cond_and_while_are_read(name: str, lowered_cf) -> None:
     """After the fold pass, branches and loop bodies take and return codes: each input in the domain its
     first quantize named, each output in the one its last dequantize named; the backend rescales from
-    the op's operand domain and into the result's. Read so, the programs the backend lowers right prove."""
+    the op's operand domain and into the result's. Read so (with the partition before the fold as the
+    reference, for a constant operand whose dequantize the fold dropped: cond-buffer's), the programs the
+    backend lowers right prove."""
     partitions = lowered_cf.folded(name)
-    assert partitions
+    assert len(partitions) == 1
+    reference = _before_fold(lowered_cf(name)[2])
     for ep in partitions:
         assert any(n.target in (torch.ops.higher_order.cond, torch.ops.higher_order.while_loop)
                    for n in ep.graph_module.graph.nodes)  # fmt: skip
-        report = qflow.analyze(ep, target="arm-tosa")
+        report = qflow.analyze(ep, target="arm-tosa", reference=reference)
         assert report.status == "proved", [f.message for f in report.findings]
 
 
 def test_a_folded_loop_that_changes_domain_is_an_error(lowered_cf) -> None:
     """WhileAdditionalArg after the fold pass: the loop declares one domain for both its variables
     (the value's, 1/255), the body writes the value back in 0.1255 and the threshold in its own;
-    the backend reads both as 1/255 from the second iteration on (measured wrong, above)."""
+    the backend reads both as 1/255 from the second iteration on (measured wrong, above). The threshold is a
+    constant in 0.502: alone the partition does not say so (unproven there), its reference does (an error)."""
     (ep,) = lowered_cf.folded("while-additional-arg")
     report = qflow.analyze(ep, target="arm-tosa")
     assert [(f.kind, f.node) for f in report.errors] == [("domain-mismatch", "while_loop")]
     mismatched = {o.arg for o in qflow.api.domain_graph(ep, target="arm-tosa").obligations if o.holds is False}
     assert mismatched == {"loop variable 0", "loop variable 1"}
+    reference = _before_fold(lowered_cf("while-additional-arg")[2])
+    read = qflow.api.domain_graph(ep, target="arm-tosa", reference=reference)
+    assert {o.arg for o in read.obligations if o.holds is False} == {"loop variable 0", "loop variable 1", "operand 1"}
+    assert qflow.analyze(read).status == "violated"
 
 
 def test_a_wrong_folded_boundary_domain_is_an_error(lowered_cf) -> None:

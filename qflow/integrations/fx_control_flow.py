@@ -123,11 +123,18 @@ class ControlFlowReading:
                 continue
             pv = self._use(a, node, f"operand {k}", entry, False)
             codes = (dt := val_dtype(a)) is not None and dt not in DOMAIN_FREE_DTYPES
-            if codes and pv is not None and pv.definition.domain_free:
+            if not codes or pv is None or not pv.definition.domain_free:
+                continue
+            # a constant whose dequantize the fold dropped: its domain, from the program this one came from
+            lookup = getattr(self.reference, "constant_domain", None)
+            if (own := lookup(a.name) if lookup is not None else None) is not None:
+                self._oblige_constant_operand(node, k, a.name, own, entry)
+            else:
                 self.dg.oblige_unbounded(
                     node.name, f"operand {k}", "unvalidated-lowering",
                     f"{node.name}: operand {k} ({a.name}) holds codes whose domain this program does not record "
-                    f"(a constant); the backend reads every operand in {entry}", (self.target.name,),
+                    f"(a constant; `reference=` the partition before the fold pass records it); the backend reads "
+                    f"every operand in {entry}", (self.target.name,),
                 )  # fmt: skip
         outs: dict[int, list[tuple[str, Domain | None]]] = {}  # result k → (subgraph output value, its domain)
         body = str(args[1].target) if loop else None
@@ -181,6 +188,18 @@ class ControlFlowReading:
                         "its codes are in from the second iteration on is not recorded", carriers,
                     )  # fmt: skip
         return True
+
+    def _oblige_constant_operand(self, node: fx.Node, k: int, name: str, own: Domain, entry: Domain) -> None:
+        """Constant operand `k` holds codes in `own`; the backend reads them in `entry`."""
+        moved = None if own == entry else bounds.dropped_requant(own, entry, bounds.COPY)
+        holds = own == entry or (moved is not None and moved.within_rounding)
+        self.dg.oblige(
+            Obligation(ObligationKind.STRUCTURAL, node.name, name, finding_kind="domain-mismatch", holds=holds,
+                       expected=entry, arg=f"operand {k}", bound=None if holds else moved,
+                       detail=f"{node.name}: operand {k} ({name}) is a constant in {own} (its dequantize in the "
+                              f"program before the fold), but the backend reads every operand of {node.name} in "
+                              f"{entry}, the one domain the fold pass records for them")
+        )  # fmt: skip
 
     def _folded_result(self, node: fx.Node, k: int, rescaled: Domain | None, written: list) -> Definition:
         """Result `k` of a folded control-flow op: in the domain the backend rescales it into (the

@@ -230,6 +230,12 @@ class Reference:
     constants: tuple[Constant, ...]
     activations: tuple[Activation, ...]
 
+    def constant_domain(self, name: str) -> Domain | None:
+        """The one domain the program dequantizes constant `name` in, else None (the folded FX reader
+        asks for a constant whose dequantize the fold pass dropped)."""
+        doms = {c.domain for c in self.constants if c.name == name}
+        return doms.pop() if len(doms) == 1 else None
+
 
 def reference(ep: Any) -> Reference:
     return Reference(constant_domains(ep), tuple(partition_anchors(ep).activations))
