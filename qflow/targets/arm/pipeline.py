@@ -18,6 +18,7 @@ from executorch.backends.arm._passes.arm_pass_manager import (
     _ExportedProgramGraphPassAdapter,
     _registered_pass_insertions,
     register_pass_insertions_after,
+    register_pass_insertions_before,
 )
 from executorch.backends.arm._passes.fold_qdq_with_annotated_qparams_pass import (
     FoldAndAnnotateQParamsPass,
@@ -199,35 +200,58 @@ def capture_after(pass_type: type = FoldAndAnnotateQParamsPass) -> Iterator[list
 
 
 @contextlib.contextmanager
-def read_after_fold(read: Callable[[ExportedProgram], Any]) -> Iterator[list[Any]]:
-    """Like `capture_after()`, but calls `read` on each partition's program right where the pass
-    pipeline stands instead of deep-copying the program (weights included) to read it later:
-    the copies were most of observe mode's overhead on the Arm suite. `read` must not write to
-    the program nor raise (it runs inside the lowering)."""
+def read_after_fold(read: Callable[..., Any]) -> Iterator[list[Any]]:
+    """Like `capture_after()`, but calls `read(program, "arm-tosa", reference)` on each partition's
+    program right where the pass pipeline stands instead of deep-copying the program (weights included)
+    to read it later: the copies were most of observe mode's overhead on the Arm suite. `reference` is
+    the partition just before the fold pass, copied only when it holds control flow (whose constant
+    operands' domains the fold drops), else None. `read` must not write to the program nor raise (it
+    runs inside the lowering)."""
     sink: list[Any] = []
+    before: list[ExportedProgram] = []
 
-    class QflowReadPass(PassBase):
+    class _Handed(PassBase):
         """Changes nothing; having `exported_program` makes the Arm pass adapter hand it the
         current program (arm_pass_manager._ExportedProgramGraphPassAdapter)."""
-
-        __name__ = "QflowReadPass"  # the Arm pass manager names passes by this
 
         def __init__(self) -> None:
             super().__init__()
             self.exported_program: Any = None
 
+    class QflowBeforeFoldPass(_Handed):
+        __name__ = "QflowBeforeFoldPass"  # the Arm pass manager names passes by this
+
         def call(self, graph_module: Any) -> PassResult:
-            if self.exported_program is not None:
-                sink.append(read(self.exported_program))
+            before.clear()
+            ep = self.exported_program
+            if ep is not None and any(_is_control_flow(n) for n in ep.graph_module.graph.nodes):
+                before.append(copy.deepcopy(ep))
             return PassResult(graph_module, False)
 
-    capture = QflowReadPass()
+    class QflowReadPass(_Handed):
+        __name__ = "QflowReadPass"
+
+        def call(self, graph_module: Any) -> PassResult:
+            if self.exported_program is not None:
+                sink.append(read(self.exported_program, "arm-tosa", before.pop() if before else None))
+            return PassResult(graph_module, False)
+
+    snapshot, capture = QflowBeforeFoldPass(), QflowReadPass()
+    register_pass_insertions_before(FoldAndAnnotateQParamsPass, [snapshot])
     register_pass_insertions_after(FoldAndAnnotateQParamsPass, [capture])
     try:
         yield sink
     finally:
-        after = _registered_pass_insertions[FoldAndAnnotateQParamsPass].after_passes
-        after[:] = [p for p in after if p is not capture]
+        inserted = _registered_pass_insertions[FoldAndAnnotateQParamsPass]
+        inserted.before_passes[:] = [p for p in inserted.before_passes if p is not snapshot]
+        inserted.after_passes[:] = [p for p in inserted.after_passes if p is not capture]
+
+
+_CONTROL_FLOW = (torch.ops.higher_order.cond, torch.ops.higher_order.while_loop)
+
+
+def _is_control_flow(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target in _CONTROL_FLOW
 
 
 def lower(
