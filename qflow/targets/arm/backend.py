@@ -76,7 +76,8 @@ def check_per_pass(path: Any, spec: str, analyze: Any) -> list[Any]:
 
 def read_partitions(read: Any) -> Any:
     """Observe mode: a context in which every Arm lowering hands each partition's program, right
-    after the fold pass, to `read`; it yields the list of what `read` returned."""
+    after the fold pass, to `read(program, "arm-tosa", reference)` (`pipeline.read_after_fold`); it
+    yields the list of what `read` returned."""
     from qflow.targets.arm.pipeline import read_after_fold
 
     return read_after_fold(read)
