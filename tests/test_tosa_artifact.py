@@ -395,3 +395,30 @@ def test_mutant_reader_round_trips(built) -> None:
         diff = np.nonzero(np.frombuffer(m.buf, np.uint8) != np.frombuffer(buf, np.uint8))[0]
         limit = 160 if "removed" in m.what else 4  # a removal rewrites the multiplier/shift of every channel
         assert 0 < len(diff) <= limit, m.what
+
+
+def test_a_pre_computed_zeros_like_is_anchored_and_its_codes_checked() -> None:
+    """The Arm suite's ``where(x > zeros_like(x), x, y)``: to_edge pre-computes the zeros into a TOSA
+    constant named after a ``full`` the partition does not have. It is the partition's one computation
+    from constants or shapes only with those codes, so it is anchored: the program proves without a
+    reference, TOSA == fake-quantized, and the constant moved by one code (the comparison's threshold
+    moves) is flagged."""
+    suite_where = pytest.importorskip("executorch.backends.arm.test.ops.test_where")
+    model = suite_where.two_dim_tensor_cond.eval()
+    torch.manual_seed(0)
+    x = model.get_inputs()
+    gm = arm.quantize(model, x)
+    lowered = arm.lower(gm, x)
+    assert qflow.analyze(lowered, target="arm-tosa").status == "proved"
+    assert torch.equal(_run(lowered, x), gm(*x).reshape(-1))
+    lm = next(m for n, m in lowered.exported_program().graph_module.named_children() if n.startswith("lowered"))
+    buf = bytes(lm.processed_bytes)
+    (name,) = [n for n, t in ta.read(buf).tensors.items() if n.endswith("_pre_computed")]
+    zeros = ta.read(buf).tensors[name]
+    mutant = bytearray(buf)
+    for k, code in enumerate(zeros.data):
+        mutant = bytearray(_patch(mutant, zeros.data_pos + k, "<b", int(code) - 1))
+    lm._processed_bytes = bytes(mutant)
+    at_zero = (torch.zeros_like(x[0]), torch.ones_like(x[1]))  # 0 > 0 is false; 0 > -1 code is true
+    assert not torch.equal(_run(lowered, at_zero), gm(*at_zero).reshape(-1))
+    assert not ta.analyze_artifact(lowered).proved

@@ -168,9 +168,14 @@ def _requant_chain(ep: Any, name: str) -> list[fx.Node]:
 
 
 def _constant_nodes(ep: Any, anchors: Anchors) -> list[str]:
-    """The partition's computations with a declared output domain that read constants only."""
+    """The partition's computations with a declared output domain that read constants only (or only
+    their input's shape: a `zeros_like`)."""
     constant = constant_nodes(ep.graph, Consts(ep.graph_module, ep))
-    return [n.name for n in ep.graph.nodes if n in constant and n.op == "call_function" and n.name in anchors.node_out]
+    return [
+        n.name
+        for n in ep.graph.nodes
+        if (n in constant or _shape_only(n)) and n.op == "call_function" and n.name in anchors.node_out
+    ]
 
 
 def _evaluate(ep: Any, name: str) -> np.ndarray | None:
