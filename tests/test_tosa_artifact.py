@@ -422,3 +422,28 @@ def test_a_pre_computed_zeros_like_is_anchored_and_its_codes_checked() -> None:
     at_zero = (torch.zeros_like(x[0]), torch.ones_like(x[1]))  # 0 > 0 is false; 0 > -1 code is true
     assert not torch.equal(_run(lowered, at_zero), gm(*at_zero).reshape(-1))
     assert not ta.analyze_artifact(lowered).proved
+
+
+def test_a_table_two_ops_share_is_checked_for_each() -> None:
+    """A softmax calibrated on a constant input (the Arm suite's ``ones`` case): its exp and reciprocal
+    tables come out equal, FuseEqualPlaceholdersPass keeps one, named after the reciprocal. Each TABLE
+    reading it is checked against the op whose input domain it reads: the program proves, TOSA == FQ,
+    and every edit of the shared table that changes the output is flagged."""
+    model, x = nn.Softmax(1).eval(), (torch.ones(10, 10),)
+    gm = arm.quantize(model, x)
+    lowered = arm.lower(gm, x)
+    assert qflow.analyze(lowered, target="arm-tosa").status == "proved"
+    assert torch.equal(_run(lowered, x), gm(*x).reshape(-1))
+    lm = next(m for n, m in lowered.exported_program().graph_module.named_children() if n.startswith("lowered"))
+    buf = bytes(lm.processed_bytes)
+    tables = [op for op in ta.read(buf).ops if op.op == "TABLE"]
+    assert len(tables) == 2 and len({op.inputs[1] for op in tables}) == 1  # (one table, two uses)
+    changed = 0
+    for mut in (m for m in mutants(buf) if "TABLE" in m.what):
+        lm._processed_bytes = mut.buf
+        out = _run(lowered, x)
+        if out is not None and not torch.equal(out, gm(*x).reshape(-1)):
+            changed += 1
+            assert not ta.analyze_artifact(lowered).proved, mut.what
+    lm._processed_bytes = buf
+    assert changed

@@ -1017,25 +1017,32 @@ class Interpreter:
 
     def _shared_table_use(self, table: str, src: Dom) -> str | None:
         """The node one use of a table FuseEqualPlaceholdersPass shares (``<node>_table_constant_common``,
-        an LSTM's sigmoid at every step) stands for: the nodes of the named one's op that read codes in
+        an LSTM's sigmoid at every step; or another op's equal table: a softmax calibrated on a constant
+        input, whose exp and reciprocal tables are both constant) stands for: the nodes that read codes in
         `src`'s domain and whose table is these entries, when they all declare one output domain."""
         named = _fx_name(table.removesuffix("_common"), self.a.nodes, self.p.regions)
         entries = self.data(table)
         if named is None or entries is None or src.scale is None or src.zp is None:
             return None
         base = dict(self.a.order).get(named)
-        fits, outs = [], set()
-        for n, b in self.a.order:
-            d_in, d_out, fn = self.a.node_in.get(n), self.a.node_out.get(n), self.a.ops.get(n)
-            if b != base or d_in is None or d_out is None or fn is None or d_out.per_channel:
-                continue
-            if src.zp != d_in.zero_point or not _scale_ok(src.scale, d_in.scale, src.tol, _span(d_in.dtype)):  # type: ignore[arg-type]
-                continue
-            want = _table16(fn, d_in, d_out)[0] if len(entries) == 513 else _table8(fn, d_in, d_out)
-            if [int(v) for v in entries] == want:
-                fits.append(n)
-                outs.add(d_out)
-        return fits[0] if len(outs) == 1 else None
+        for same_op in (True, False):  # (the named node's op first; any op whose table it equals, else)
+            fits, outs = [], set()
+            for n, b in self.a.order:
+                d_in, d_out, fn = self.a.node_in.get(n), self.a.node_out.get(n), self.a.ops.get(n)
+                if (b != base) is same_op or d_in is None or d_out is None or fn is None or d_out.per_channel:
+                    continue
+                if src.zp != d_in.zero_point or not _scale_ok(src.scale, d_in.scale, src.tol, _span(d_in.dtype)):  # type: ignore[arg-type]
+                    continue
+                try:
+                    want = _table16(fn, d_in, d_out)[0] if len(entries) == 513 else _table8(fn, d_in, d_out)
+                except Exception:  # (an op of more than one tensor: never tabulated)
+                    continue
+                if [int(v) for v in entries] == want:
+                    fits.append(n)
+                    outs.add(d_out)
+            if fits:
+                return fits[0] if len(outs) == 1 else None
+        return None
 
     def table16(
         self, op: TosaOp, fn: Any, node: str, table: str, entries: np.ndarray, dom_in: Domain, dom_out: Domain
