@@ -397,6 +397,17 @@ def test_mutant_reader_round_trips(built) -> None:
         assert 0 < len(diff) <= limit, m.what
 
 
+def _proved_and_exact(model: nn.Module, x: tuple[torch.Tensor, ...]) -> tuple[Any, Any, Any]:
+    """Quantized with the stock Arm quantizer and lowered: proved alone, equal to the fake-quantized
+    model on the TOSA reference model. (converted model, lowered program, its delegate's lowered module)"""
+    gm = arm.quantize(model, x)
+    lowered = arm.lower(gm, x)
+    assert qflow.analyze(lowered, target="arm-tosa").status == "proved"
+    assert torch.equal(_run(lowered, x), gm(*x).reshape(-1))
+    lm = next(m for n, m in lowered.exported_program().graph_module.named_children() if n.startswith("lowered"))
+    return gm, lowered, lm
+
+
 def test_a_pre_computed_zeros_like_is_anchored_and_its_codes_checked() -> None:
     """The Arm suite's ``where(x > zeros_like(x), x, y)``: to_edge pre-computes the zeros into a TOSA
     constant named after a ``full`` the partition does not have. It is the partition's one computation
@@ -407,11 +418,7 @@ def test_a_pre_computed_zeros_like_is_anchored_and_its_codes_checked() -> None:
     model = suite_where.two_dim_tensor_cond.eval()
     torch.manual_seed(0)
     x = model.get_inputs()
-    gm = arm.quantize(model, x)
-    lowered = arm.lower(gm, x)
-    assert qflow.analyze(lowered, target="arm-tosa").status == "proved"
-    assert torch.equal(_run(lowered, x), gm(*x).reshape(-1))
-    lm = next(m for n, m in lowered.exported_program().graph_module.named_children() if n.startswith("lowered"))
+    gm, lowered, lm = _proved_and_exact(model, x)
     buf = bytes(lm.processed_bytes)
     (name,) = [n for n, t in ta.read(buf).tensors.items() if n.endswith("_pre_computed")]
     zeros = ta.read(buf).tensors[name]
@@ -430,11 +437,7 @@ def test_a_table_two_ops_share_is_checked_for_each() -> None:
     reading it is checked against the op whose input domain it reads: the program proves, TOSA == FQ,
     and every edit of the shared table that changes the output is flagged."""
     model, x = nn.Softmax(1).eval(), (torch.ones(10, 10),)
-    gm = arm.quantize(model, x)
-    lowered = arm.lower(gm, x)
-    assert qflow.analyze(lowered, target="arm-tosa").status == "proved"
-    assert torch.equal(_run(lowered, x), gm(*x).reshape(-1))
-    lm = next(m for n, m in lowered.exported_program().graph_module.named_children() if n.startswith("lowered"))
+    gm, lowered, lm = _proved_and_exact(model, x)
     buf = bytes(lm.processed_bytes)
     tables = [op for op in ta.read(buf).ops if op.op == "TABLE"]
     assert len(tables) == 2 and len({op.inputs[1] for op in tables}) == 1  # (one table, two uses)
