@@ -22,6 +22,7 @@ from qflow.ir.fx_nodes import (
     DOMAIN_FREE_DTYPES,
     Consts,
     arg_label,
+    control_flow_operands,
     is_float,
     qdq_domain,
     quant_args_domain,
@@ -91,11 +92,10 @@ class ControlFlowReading:
         each result its domain (`_flow_result`). False when the op's arguments are not as Arm
         writes them."""
         loop = base_name(target_name(node)) == "while_loop"
-        args = node.args
-        if len(args) != 4 or not all(isinstance(a, (tuple, list)) for a in args[2 if loop else 3 :]):
+        args, operands = node.args, control_flow_operands(node)
+        if operands is None:
             return False
-        carried = list(args[2] if loop else args[3])
-        extra = list(args[3]) if loop else []
+        carried = list(args[2]) if loop else operands
         iq = node.meta.get("input_qparams") or {}
         at = 2 if loop else 3
         entry = quant_args_domain(iq[at], node) if at in iq else None
@@ -103,7 +103,6 @@ class ControlFlowReading:
         rescaled = {
             k: quant_args_domain(oq[min(oq)], u) for k, u in results.items() if (oq := u.meta.get("output_qparams"))
         }
-        operands = carried + extra
         ins = {attr: [n for n in sub.graph.nodes if n.op == "placeholder"] for attr, sub in subs.items()}
         declared = {
             (attr, i): quant_args_domain(oq[min(oq)], p)
@@ -277,7 +276,7 @@ class ControlFlowReading:
         """Read each Q/DQ subgraph as a program of its own under `<node>/<attribute>/`; True when
         every one takes and returns reals (float or domain-free placeholders and outputs); a constant
         handed in (a nested branch's captured weight) is a constant there too, which its dequantize reads."""
-        operands = _operands(node)
+        operands = control_flow_operands(node) or []
         for attr, sub in subs.items():
             constants: dict[str, Definition] = {}
             for i, p in enumerate(n for n in sub.graph.nodes if n.op == "placeholder"):
@@ -294,13 +293,6 @@ class ControlFlowReading:
                 return False
             self.dg.absorb(dg, f"{node.name}/{attr}")
         return True
-
-
-def _operands(node: fx.Node) -> list:
-    """What a cond / while_loop hands its subgraphs, in placeholder order."""
-    if base_name(target_name(node)) == "while_loop":
-        return [*node.args[2], *node.args[3]] if len(node.args) == 4 else []
-    return list(node.args[3]) if len(node.args) == 4 and isinstance(node.args[3], (tuple, list)) else []
 
 
 def _holds_reals(dg: DomainGraph, name: str) -> bool:

@@ -315,6 +315,18 @@ def tensor_args(node: fx.Node) -> Iterator[tuple[int, int | None, fx.Node]]:
                     yield i, j, e
 
 
+def control_flow_operands(node: fx.Node) -> list[Any] | None:
+    """What a cond / while_loop hands its subgraphs, in their placeholders' order (a loop's carried
+    variables, then its additional inputs); None for any other node, or one not written as torch writes them."""
+    what = base_name(target_name(node)) if node.op == "call_function" else None
+    if what not in ("cond", "while_loop") or len(node.args) != 4:
+        return None
+    lists = node.args[2:] if what == "while_loop" else node.args[3:]
+    if not all(isinstance(a, (tuple, list)) for a in lists):
+        return None
+    return [o for a in lists for o in a]
+
+
 def arg_label(i: int, j: int | None) -> str:
     return f"args[{i}]" if j is None else f"args[{i}][{j}]"
 

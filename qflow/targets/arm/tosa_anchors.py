@@ -13,7 +13,7 @@ import numpy as np
 from torch import fx
 
 from qflow.domain import FLOAT, Domain
-from qflow.ir.fx_nodes import Consts, qdq_domain, target_name
+from qflow.ir.fx_nodes import Consts, control_flow_operands, qdq_domain, target_name
 from qflow.ops import OpClass, base_name, classify
 from qflow.targets.arm.tosa_constants import MERGED, anchor_made_constants, content_key
 from qflow.targets.arm.tosa_flatbuffer import TosaProgram, TosaTensor, read, region_of
@@ -205,10 +205,9 @@ def _constant_dequantizes(gm: fx.GraphModule, bound: dict[str, fx.Node]) -> Iter
             elif isinstance(src, fx.Node) and src.op in ("placeholder", "get_attr") and not bound:
                 yield n, src
             continue
-        name = target_name(n).rsplit(".", 1)[-1]
-        if name not in ("cond", "while_loop") or len(n.args) != 4:
+        ops = control_flow_operands(n)
+        if ops is None:
             continue
-        ops = [*n.args[2], *n.args[3]] if name == "while_loop" else list(n.args[3])
         for a in n.args[:3]:
             sub = getattr(gm, str(a.target), None) if isinstance(a, fx.Node) and a.op == "get_attr" else None
             if not isinstance(sub, fx.GraphModule):
