@@ -113,6 +113,22 @@ def _within_rounding(r: Result, bound: Bound) -> str:
     )
 
 
+def _masked(dg: DomainGraph, r: Result) -> str:
+    """The message of a violation that moves no program output beyond its rounding."""
+    k, what = _describe(dg, r)
+    assert r.masked is not None
+    reach = (
+        f"reaches {r.masked.output} at {r.masked.lsb:.3g} output LSB at most before rounding, within the "
+        "rounding of the output itself"
+        if r.masked.output is not None
+        else "reaches no program output (every requant on its way saturates on both sides)"
+    )
+    return (
+        f"{what} Downstream it is masked: followed through every op to the program's outputs (clamps, "
+        f"weights, value ranges, requant ranges), its error {reach}: it computes right."
+    )
+
+
 #: Unproven finding kinds whose cause is no domain pair (no produced / expected side to show).
 _NO_SIDES = frozenset({"reference-needed", "unvalidated-lowering"})
 
@@ -203,9 +219,12 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
     for r in results:
         counts[r.status] += 1
         bound = r.bound or r.obligation.bound
-        if r.status is proved and not r.obligation.inform and bound is None:
+        if r.status is proved and not r.obligation.inform and bound is None and r.masked is None:
             continue
-        if r.status is proved and bound is not None:  # a domain change a copy drops, within rounding
+        if r.masked is not None:  # a wrong read no output sees beyond rounding
+            k, msg = r.obligation.finding_kind, _masked(dg, r)
+            bound = Bound(r.masked.lsb, 0)
+        elif r.status is proved and bound is not None:  # a domain change a copy drops, within rounding
             k, msg = r.obligation.finding_kind, _within_rounding(r, bound)
         else:
             k, msg = _describe(dg, r)

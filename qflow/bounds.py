@@ -90,3 +90,36 @@ def dropped_requant(d_in: Domain, d_out: Domain, how: str, code_range: tuple[int
     worst = max(xs, key=lambda x: abs(err(x)))
     e = abs(err(worst))
     return Bound(lsb=e, codes=0 if e < 0.5 else math.floor(e + 0.5))
+
+
+def copied_through(src: Domain, hops: list[Domain]) -> float | None:
+    """The largest real error of codes of `src` copied through a chain of dropped requants and
+    read in the last hop's domain, against the program's chain of requants (each rounding half to
+    even, and both ways within 1e-6 of a tie), over every code of `src`. A round trip through a
+    finer grid (int8 → int16 → int8) is exact; through a coarser one the backend is the more
+    precise. None when a side has no fixed per-tensor domain or the codes do not fit the last one."""
+    last = hops[-1]
+    for d in (src, *hops):
+        if d.is_float or d.per_channel or d.opaque is not None or not isinstance(d.scale, float) or d.scale <= 0:
+            return None
+    if not (DTYPE_RANGE[last.dtype][0] <= src.qmin and src.qmax <= DTYPE_RANGE[last.dtype][1]):
+        return None
+    worst = 0.0
+    for c in range(src.qmin, src.qmax + 1):
+        xs = {src.scale * (c - int(src.zero_point))}  # type: ignore[arg-type, operator]
+        for d in hops:
+            xs = {_requant(x, d, k) for x in xs for k in _roundings(x / d.scale)}  # type: ignore[operator]
+        got = last.scale * (c - int(last.zero_point))  # type: ignore[arg-type, operator]
+        worst = max(worst, *(abs(got - x) for x in xs))
+    return worst
+
+
+def _roundings(t: float) -> tuple[int, ...]:
+    f = math.floor(t)
+    near_tie = abs(t - f - 0.5) < 1e-6
+    return (f, f + 1) if near_tie else (round(t),)
+
+
+def _requant(x: float, d: Domain, k: int) -> float:
+    zp = int(d.zero_point)  # type: ignore[arg-type]
+    return d.scale * (min(max(k + zp, d.qmin), d.qmax) - zp)  # type: ignore[operator]

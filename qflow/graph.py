@@ -83,6 +83,12 @@ class Value:
     numel: int | None = None
     stack_trace: str | None = None
     module_path: str | None = None
+    #: How much the op can amplify an error on its inputs, in the infinity norm, where that takes
+    #: its operands' values (a linear layer's largest row sum of absolute weights): `impact`.
+    gain: float | None = None
+    #: A linear layer's / convolution's output channels as (bias, sum of positive weights, sum of
+    #: negative weights): the interval its output can reach from its input's (`ranges`).
+    channels: tuple[tuple[float, float, float], ...] | None = None
 
 
 class ObligationKind(enum.Enum):
@@ -136,6 +142,8 @@ class DomainGraph:
     target: str = "generic"
     #: Adapter-level notes (assumptions made) that reports show.
     notes: list[str] = field(default_factory=list)
+    #: The values the program returns, when the adapter knows them (`impact` weighs errors there).
+    outputs: list[str] = field(default_factory=list)
     #: name → Value. The networkx graph holds the uses (its nodes carry no attributes):
     #: the analysis reads every value, and a dict is read without networkx's views.
     _by_name: dict[str, Value] = field(default_factory=dict, init=False, repr=False)

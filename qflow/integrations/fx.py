@@ -30,11 +30,11 @@ from qflow.domain import DTYPE_RANGE, FLOAT, Domain
 from qflow.errors import InputError
 from qflow.gc_pause import paused_gc
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
-from qflow.integrations import duplicate_users, masked
+from qflow.integrations import bias_domain, duplicate_users, masked
 from qflow.integrations.fx_control_flow import ControlFlowReading
 from qflow.integrations.fx_delegates import DelegateReading
 from qflow.integrations.fx_folded import FoldedReading
-from qflow.ir import activations, copy_chains, delegate
+from qflow.ir import activations, copy_chains, delegate, gains
 from qflow.ir.fx_nodes import (
     DOMAIN_FREE_DTYPES,
     SLICES,
@@ -249,6 +249,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
     def build(self) -> DomainGraph:
         for node in self.gm.graph.nodes:
             if node.op == "output":
+                self.dg.outputs = [a.name for a in node.all_input_nodes if a.name in self.dg.g]
                 continue
             if node.op == "call_module" and not node.users:
                 continue  # torch.export's _guards_fn and similar
@@ -259,6 +260,9 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
             duplicate_users.oblige_distinct_duplicates(self.gm, self.dg, self.consts, merging)
         if self.form in ("qdq", "folded"):
             self._oblige_skipped_requants()
+        adding = tuple(t.name for t in self._members if t.adds_bias_codes)
+        if adding and self.form == "qdq":
+            bias_domain.oblige_bias_domains(self.gm, self.dg, self.consts, adding)
         if self._carry and not self.target.members and self.target.outcome is Outcome.MISCOMPILE:
             masked.let_go(self.gm, self.dg, self.target.fuses_consecutive_clamps)
         return self.dg
@@ -286,6 +290,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         meta = node.meta
         val = meta.get("val")
         dt = getattr(val, "dtype", None)
+        # (a folded partition's weights are codes: their gains would need their domains)
+        weighed = op_class is OpClass.COMPUTE and self.form != "folded"
         self.dg.add_value(
             Value(
                 name=node.name,
@@ -297,6 +303,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
                 numel=numel_of(val),
                 stack_trace=meta.get("stack_trace"),
                 module_path=module_path(node),
+                gain=gains.gain(node, self.consts) if weighed else None,
+                channels=gains.channels(node, self.consts) if weighed else None,
             )
         )
 

@@ -229,6 +229,19 @@ KINDS: dict[str, Kind] = {
             "duplication (a requantize of one shared result into each domain).",
         ),
         Kind(
+            "bias-domain",
+            "error",
+            "a bias that is not in its op's accumulator domain",
+            "A linear layer's or convolution's int32 bias must be in the accumulator's domain: the input "
+            "scale times the weight scale (per channel), zero point 0. The fake-quantized program "
+            "dequantizes the bias with whatever domain it declares; the backend adds its codes to the "
+            "accumulator as they are (measured on the TOSA reference model: a linear layer whose input "
+            "scale was changed after convert is 27-31 output LSB off). Qparams edited after convert, or a "
+            "quantizer whose bias spec is not derived from the input and weight, do this.",
+            "Derive the bias's quantization from the input and weight (a DerivedQuantizationSpec), or "
+            "re-quantize the bias after editing the input's or the weight's scale.",
+        ),
+        Kind(
             "skipped-requant",
             "warning",
             "a consumer the backend computes on its producer's unrounded result",

@@ -25,16 +25,16 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import z3
 
-from qflow import bounds
+from qflow import bounds, impact
 from qflow.bounds import Bound
 from qflow.domain import Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind
-from qflow.solvers import smtlib
+from qflow.solvers import landing, smtlib
 from qflow.solvers.encode import Encoder, Terms
 from qflow.solvers.smtlib import TextTerms
 
@@ -76,6 +76,8 @@ class Result:
     blockers: tuple[str, ...] = ()  # (a tuple: no list made for each proved obligation)
     #: For a requant a code copy drops: how far that moves the output (`solvers.bounds`).
     bound: Bound | None = None
+    #: A violation that holds because no program output moves beyond rounding (`impact`).
+    masked: impact.Impact | None = None
 
 
 @dataclass
@@ -554,6 +556,7 @@ def prove(dg: DomainGraph, engine: str = "text", tautologies: bool = True) -> tu
     results = p.prove()
     if dg.form != "annotated":  # (symbolic domains: a proof must hold for every calibration outcome)
         results = [_weigh(r) if r.status is Status.VIOLATED and r.obligation.kind in _COPIES else r for r in results]
+        results = _masked(dg, results)
     return results, p.stats
 
 
@@ -574,3 +577,23 @@ def _weigh(r: Result) -> Result:
         return r
     status = Status.PROVED if bound.within_rounding else Status.VIOLATED
     return Result(r.obligation, status, r.produced, r.expected, r.blockers, bound)
+
+
+def _masked(dg: DomainGraph, results: list[Result]) -> list[Result]:
+    """The violations, when every one is a wrong code read qflow can bound and, all of them together,
+    they move no program output beyond its rounding (`impact`): each then holds (issue #27)."""
+    violated = [r for r in results if r.status is Status.VIOLATED]
+    if not violated or not dg.outputs:  # (an adapter that does not say what the program returns)
+        return results
+    reads = [landing.Read(r.obligation, _domain(r.produced), _domain(r.expected), r.bound) for r in violated]
+    landed = landing.land(dg, reads)
+    if landed is None:
+        return results
+    worst = impact.output_error(dg, *landed)
+    if not worst.within_rounding:
+        return results
+    return [replace(r, status=Status.PROVED, masked=worst) if r.status is Status.VIOLATED else r for r in results]
+
+
+def _domain(s: Side | None) -> Domain | None:
+    return s.domain if s is not None else None

@@ -101,6 +101,10 @@ class Target:
     #: Q/DQ nodes, whatever their output domains (Arm FuseDuplicateUsersPass, executorch 1.5.1;
     #: measured: tests/test_duplicate_users.py). Such duplicates in different domains are an error.
     merges_duplicate_users: bool = False
+    #: The backend adds a linear layer's / convolution's int32 bias codes to the accumulator as they
+    #: are, whatever domain the program declares for them (measured on the TOSA reference model:
+    #: tests/test_masked_downstream.py). A bias not in the accumulator's domain is an error.
+    adds_bias_codes: bool = False
     #: The backend lowers a quantized ``while_loop`` to a loop that carries each variable's codes,
     #: read by every iteration in the domain the variable entered with (TOSA WHILE_LOOP; measured:
     #: tests/test_control_flow.py). A body that writes a variable back in another domain miscomputes

@@ -17,7 +17,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", (r"qflow\.(errors|domain|bounds|ops|gc_pause|_version)",)),
     ("graph", (r"qflow\.graph", r"qflow\.targets\.contract")),
     ("contracts", (r"qflow\.targets", r"qflow\.targets\.generic", r"qflow\.targets\.[a-z_]+")),
-    ("lattice and solvers", (r"qflow\.lattice(\..+)?", r"qflow\.solvers(\..+)?")),
+    ("lattice and solvers", (r"qflow\.lattice(\..+)?", r"qflow\.(ranges|impact)", r"qflow\.solvers(\..+)?")),
     ("report", (r"qflow\.report(\..+)?",)),
     ("analysis", (r"qflow\.analysis",)),
     ("ir toolkit", (r"qflow\.ir(\..+)?",)),
@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "readers",
         (
-            r"qflow\.integrations(\.(fx|fx_[a-z_]+|annotated|masked|duplicate_users|pte|pte_[a-z_]+|rewrite|arm|xnnpack))?",
+            r"qflow\.integrations(\.(fx|fx_[a-z_]+|annotated|masked|duplicate_users|bias_domain|pte|pte_[a-z_]+|rewrite|arm|xnnpack))?",
         ),
     ),
     ("surface", (r"qflow", r"qflow\.(api|cli|__main__)", r"qflow\.integrations\..+", r"qflow\.examples(\..+)?")),

@@ -69,6 +69,7 @@ TARGET = Target(
     # nodes the Arm quantizer marked quantized (ARM_PIPELINE_NOTES §2.1)
     lowers_only_marked=("_arm_annotation_info", "quantized"),
     merges_duplicate_users=True,
+    adds_bias_codes=True,
     carries_loop_codes=True,
     backend="qflow.targets.arm.backend",
     # Stock-quantized single-op programs measured within 1 output LSB of the fake-quantized

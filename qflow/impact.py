@@ -1,0 +1,185 @@
+"""How far a wrong code travels: the error it leaves at each program output.
+
+A requant a lowering drops (or a duplicate it merges) hands its consumer codes
+in the wrong domain; `bounds` says by how much. Whether the program then
+computes wrong is decided at its outputs: a later clamp to a narrow range, a
+small weight or a saturating activation can leave every output code where the
+quantized program puts it (issue #27's false alarms: "0 LSB at every output").
+
+This module follows the real error, in the infinity norm, from where it lands
+to the outputs through sound per-op bounds: pass-through ops and ``relu`` /
+``clamp`` keep it, ``add`` / ``sub`` add it up, an elementwise function scales
+it by its Lipschitz constant, an op with a constant operand by the gain its
+adapter measured (``Value.gain``, e.g. a linear layer's largest row sum of
+absolute weights), and a requant rounds it by at most one step and clamps it to
+its range's width. Whatever is not modelled (norms, exp, comparisons, indices,
+unknown ops, delegates) makes it unbounded. An output is safe when the error
+reaching its last rounding is at most half an output LSB (`bounds.TOLERANCE_LSB`,
+the rule a dropped requant's own bound obeys). Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from qflow.bounds import TOLERANCE_LSB
+from qflow.domain import Domain
+from qflow.graph import DefKind, DomainGraph, Value
+from qflow.ops import MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name
+from qflow.ranges import Interval, domain_range, value_ranges
+
+#: ∞-norm Lipschitz constants of real elementwise functions (max |f'|): GELU's derivative peaks at
+#: 1.129, SiLU's at 1.0998, hardswish's at 1.5; softmax's Jacobian diag(p) - ppᵀ has row sums
+#: 2 p_i (1 - p_i) <= 1/2, log-softmax's I - 1pᵀ has 2 (1 - p_i) <= 2.
+LIPSCHITZ: dict[str, float] = {
+    "sigmoid": 0.25, "tanh": 1.0, "gelu": 1.13, "silu": 1.1, "hardswish": 1.5, "hardsigmoid": 1 / 6,
+    "elu": 1.0, "sin": 1.0, "cos": 1.0, "erf": 1.13, "atan": 1.0,
+    "softmax": 0.5, "_softmax": 0.5, "_safe_softmax": 0.5, "log_softmax": 2.0, "_log_softmax": 2.0,
+    "neg": 1.0, "abs": 1.0, "mean": 1.0, "avg_pool1d": 1.0, "avg_pool2d": 1.0, "adaptive_avg_pool1d": 1.0,
+    "adaptive_avg_pool2d": 1.0, "upsample_nearest2d": 1.0, "maximum": 1.0, "minimum": 1.0,
+}  # fmt: skip
+#: Ops whose output error is at most the sum of their inputs' errors.
+SUMS = frozenset({"add", "add_", "sub", "sub_", "rsub"})
+#: Ops whose gain their adapter measures from constant operands or operand ranges.
+GAINED = frozenset({"linear", "conv1d", "conv2d", "conv3d", "convolution", "mul", "mul_", "bmm", "matmul", "mm"})
+#: Pass-through ops' arguments that carry data (any other tensor argument is an index or a mask:
+#: an error there moves values by anything).
+_DATA_ARGS = {name: tuple(f"args[{i}]" for i in pos) for name, pos in SELECT_INPUTS.items()} | {
+    "masked_fill": ("args[0]",),
+}
+
+
+@dataclass(frozen=True)
+class Impact:
+    """The worst output a set of landed errors reaches."""
+
+    output: str | None  # None: the error reaches no output
+    lsb: float  # the real error reaching its last rounding, in its LSB (inf: unbounded)
+
+    @property
+    def within_rounding(self) -> bool:
+        return self.lsb <= TOLERANCE_LSB
+
+
+def _grid(d: Domain | None) -> tuple[float, float] | None:
+    """(scale, width of the real range) of a fixed per-tensor integer domain."""
+    if d is None or d.is_float or d.per_channel or d.opaque is not None or not isinstance(d.scale, float):
+        return None
+    if not math.isfinite(d.scale) or d.scale <= 0:
+        return None
+    return d.scale, d.scale * (d.qmax - d.qmin)
+
+
+def width(d: Domain) -> float:
+    """The width of `d`'s real range (inf when it has no fixed one)."""
+    g = _grid(d)
+    return g[1] if g is not None else math.inf
+
+
+def _data_edge(name: str, label: str) -> bool:
+    allowed = _DATA_ARGS.get(name)
+    if allowed is not None:
+        return label in allowed
+    if name in MULTI_INPUT_IDENTITY:
+        return label.startswith("args[0]")
+    return label == "args[0]"
+
+
+def _reach(rng: Interval, e: float) -> Interval:
+    """Where the backend's value can be: the program's interval widened by the error."""
+    return rng[0] - e, rng[1] + e
+
+
+def _sloped(name: str, r: tuple[float, float] | None) -> float | None:
+    """The Lipschitz constant of a function steep somewhere, over the input range `r` (both the
+    program's and the backend's input lie in it: codes of one domain)."""
+    if r is None:
+        return None
+    lo, hi = r
+    if name == "exp":
+        return math.exp(hi) if hi < 80 else None
+    if name == "reciprocal" and (lo > 0 or hi < 0):
+        return 1.0 / min(abs(lo), abs(hi)) ** 2
+    if lo <= 0:
+        return None
+    return {"rsqrt": 0.5 * lo**-1.5, "sqrt": 0.5 * lo**-0.5, "log": 1.0 / lo}.get(name)
+
+
+def _op_error(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: dict[str, Interval]) -> float:
+    """The real error of `v`'s op result from its inputs' errors ((producer, edge label, error))."""
+    name = base_name(v.target)
+    total, worst = sum(e for _, _, e in errs), max(e for _, _, e in errs)
+    if v.op_class in (OpClass.PASSTHROUGH, OpClass.DEQUANTIZE, OpClass.QUANTIZE, OpClass.ACTIVATION):
+        if v.op_class is OpClass.PASSTHROUGH and not all(_data_edge(name, lab) for _, lab, e in errs if e > 0):
+            return math.inf
+        return worst
+    if v.op_class is not OpClass.COMPUTE:
+        return math.inf
+    if name in GAINED:
+        return v.gain * total if v.gain is not None else math.inf
+    if name in SUMS:  # (an `alpha` scales the second operand: its adapter's gain)
+        return total * (v.gain if v.gain is not None else 1.0)
+    if name == "sum":  # each output adds up numel(input) / numel(output) inputs
+        n_in, n_out = dg.value(errs[0][0]).numel, v.numel
+        return total * (n_in // n_out) if n_in and n_out and len(errs) == 1 else math.inf
+    k = LIPSCHITZ.get(name)
+    if k is None and len(errs) == 1:
+        k = _sloped(name, _reach(rng[errs[0][0]], errs[0][2]))
+    return k * total if k is not None else math.inf
+
+
+def output_error(dg: DomainGraph, landed: Mapping[str, float], replaced: frozenset[str] = frozenset()) -> Impact:
+    """The worst program output the errors `landed` (value → real error of its codes, rounding
+    included) reach. A value that lands an error and inherits one
+    is unbounded (a wrong read of already wrong codes), unless its landed error already accounts
+    for what it inherits (`replaced`: the end of a chain of copies, weighed as a whole)."""
+    rng = value_ranges(dg)
+    err: dict[str, float] = {}  # real error of each value reached
+    pre: dict[str, float] = {}  # the error before its last rounding
+    grid: dict[str, tuple[float, float] | None] = {}  # (scale, width) of its last rounding
+    g = dg.g
+    worst = Impact(None, 0.0)
+    outputs = frozenset(dg.outputs)
+    for name in g:  # (adapters add values in program order)
+        incoming = [(p, lab, err[p]) for p, data in g._pred[name].items() if p in err for lab in data["args"]]
+        if name in landed:
+            if name not in replaced and any(e > 0 for _, _, e in incoming):
+                err[name] = pre[name] = math.inf
+            else:
+                err[name] = pre[name] = landed[name]
+            grid[name] = _grid(_own_domain(dg.value(name)))
+        elif not incoming or all(e == 0 for _, _, e in incoming):
+            continue
+        else:
+            v = dg.value(name)
+            e = _op_error(dg, v, incoming, rng)
+            reached = [p for p in g._pred[name] if p in err]
+            first = reached[0]
+            own = _grid(_own_domain(v)) if v.op_class not in (OpClass.DEQUANTIZE, OpClass.PASSTHROUGH) else None
+            if v.op_class is OpClass.QUANTIZE and own is None:  # (a per-channel or run-time grid)
+                pre[name], grid[name], err[name] = math.inf, None, math.inf
+            elif own is not None and v.definition.kind is DefKind.FACT and v.op_class is not OpClass.ACTIVATION:
+                # rounds once more: one step, clamped to its range, where both sides can be
+                lo, hi = _reach(rng[first] if v.op_class is OpClass.QUANTIZE else rng[name], e)
+                qlo, qhi = domain_range(_own_domain(v)) or (-math.inf, math.inf)
+                if lo >= qhi or hi <= qlo:  # both saturate at one end: the same code
+                    e = 0.0
+                pre[name], grid[name] = e, own
+                err[name] = min(e + own[0], own[1], min(qhi, hi) - max(qlo, lo) + own[0]) if e else 0.0
+            elif v.op_class is OpClass.COMPUTE:  # an unrounded result
+                pre[name], grid[name], err[name] = e, None, e
+            else:  # a copy or clamp of rounded values: codes at most as far apart as its input's
+                pre[name], grid[name], err[name] = max(pre[p] for p in reached), grid[first], e
+        if not g._succ[name] or name in outputs:  # an output
+            gr = grid[name]
+            lsb = pre[name] / gr[0] if gr is not None else math.inf
+            if lsb > worst.lsb or worst.output is None:
+                worst = Impact(name, lsb)
+    return worst
+
+
+def _own_domain(v: Value) -> Domain | None:
+    d = v.definition
+    return d.domain if d.kind is DefKind.FACT else v.claim

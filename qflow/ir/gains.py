@@ -1,0 +1,109 @@
+"""How much an op with weights can amplify an error on its inputs (`Value.gain`, read by `qflow.impact`).
+
+In the infinity norm: a linear layer's output moves by at most its largest row sum of absolute
+weights times the input's error, a convolution's by its largest output channel's sum, a product
+with a constant by the constant's largest magnitude. A product of two activations (``mul``,
+``bmm``) is bilinear: with both operands within their domains' ranges (at most ``M`` in
+magnitude, errors at most ``2 M``), ``|ab - a'b'| <= K (M e_b + M e_a + e_a e_b) <= 3 K M (e_a + e_b)``
+over a contraction of length ``K``. None when an operand is neither a constant qflow can read
+nor a value of a fixed per-tensor domain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import fx
+
+from qflow.ir.fx_nodes import Consts, qdq_domain, static_shape, target_name, val_of
+from qflow.ops import OpClass, base_name, classify
+
+_WEIGHTED = frozenset({"linear", "conv1d", "conv2d", "conv3d", "convolution"})
+_PRODUCTS = frozenset({"mul", "mul_"})
+_MATMULS = frozenset({"bmm", "matmul", "mm"})
+_SUMS = frozenset({"add", "add_", "sub", "sub_", "rsub"})
+
+
+def gain(node: fx.Node, consts: Consts) -> float | None:
+    """`node`'s gain from its activation inputs to its output, or None when qflow cannot bound it."""
+    name = base_name(target_name(node))
+    args = node.args
+    if name in _WEIGHTED and len(args) >= 2:
+        if name == "convolution" and len(args) > 6 and args[6]:
+            return None  # (a transposed convolution sums over other axes)
+        w = _constant(args[1], consts)
+        return float(w.abs().flatten(1).sum(1).max()) if w is not None and w.dim() >= 2 else None
+    if name in _SUMS:
+        alpha = node.kwargs.get("alpha", 1)
+        return max(1.0, abs(float(alpha))) if isinstance(alpha, (int, float)) else None
+    if name in _PRODUCTS and len(args) == 2:
+        return _product(args[0], args[1], consts, 1)
+    if name in _MATMULS and len(args) == 2:
+        a, b = (_constant(x, consts) for x in args)
+        if b is not None and a is None and b.dim() >= 2:  # x @ B: each output sums a column of B
+            return float(b.abs().sum(-2).max())
+        if a is not None and b is None and a.dim() >= 2:
+            return float(a.abs().sum(-1).max())
+        shape = static_shape(val_of(args[0])) if isinstance(args[0], fx.Node) else None
+        return _product(args[0], args[1], consts, shape[-1]) if shape else None
+    return None
+
+
+def channels(node: fx.Node, consts: Consts) -> tuple[tuple[float, float, float], ...] | None:
+    """A linear layer's / convolution's output channels as (bias, sum of positive weights, sum of
+    negative weights), or None when its weights are not constants qflow can read."""
+    name = base_name(target_name(node))
+    args = node.args
+    if name not in _WEIGHTED or len(args) < 2 or (name == "convolution" and len(args) > 6 and args[6]):
+        return None
+    w = _constant(args[1], consts)
+    if w is None or w.dim() < 2:
+        return None
+    w = w.flatten(1)
+    b = _constant(args[2], consts) if len(args) > 2 and args[2] is not None else torch.zeros(w.shape[0])
+    if b is None or b.numel() != w.shape[0]:
+        return None
+    pos, neg = w.clamp(min=0).sum(1), w.clamp(max=0).sum(1)
+    return tuple(zip(b.flatten().tolist(), pos.tolist(), neg.tolist(), strict=True))
+
+
+def _product(a: Any, b: Any, consts: Consts, k: int) -> float | None:
+    for x, y in ((a, b), (b, a)):
+        if isinstance(y, (int, float)) and not isinstance(y, bool):
+            return abs(float(y)) * k
+        c = _constant(y, consts) if isinstance(x, fx.Node) else None
+        if c is not None and c.numel():
+            return float(c.abs().max()) * k
+    ma, mb = _magnitude(a, consts), _magnitude(b, consts)
+    return 3.0 * k * max(ma, mb) if ma is not None and mb is not None else None
+
+
+def _magnitude(x: Any, consts: Consts) -> float | None:
+    """The largest magnitude a dequantized operand can hold (its fixed per-tensor domain's range)."""
+    if not isinstance(x, fx.Node) or classify(target_name(x)) is not OpClass.DEQUANTIZE:
+        return None
+    d = qdq_domain(x, consts)
+    if d.is_float or d.per_channel or not isinstance(d.scale, float) or not isinstance(d.zero_point, int):
+        return None
+    return d.scale * max(abs(d.qmin - d.zero_point), abs(d.qmax - d.zero_point))
+
+
+def _constant(x: Any, consts: Consts) -> torch.Tensor | None:
+    """The float value of a constant operand: a parameter, buffer or lifted constant, or its dequantize."""
+    if not isinstance(x, fx.Node):
+        return None
+    t = consts.tensor(x)
+    if t is not None:
+        return t.detach().float() if t.is_floating_point() else None
+    if classify(target_name(x)) is not OpClass.DEQUANTIZE or not isinstance(x.target, torch._ops.OpOverload):
+        return None
+    resolved: list[Any] = []
+    for a in x.args:
+        if isinstance(a, fx.Node):
+            a = consts.tensor(a)
+            if a is None:
+                return None
+        resolved.append(a)
+    with torch.no_grad():
+        return x.target(*resolved, **x.kwargs).float()

@@ -1,0 +1,150 @@
+"""The real values each value of the quantized program can hold: an interval analysis.
+
+A dropped requant moves codes only where its input reaches; a later requant
+loses nothing where both the program and the backend saturate it. Both need
+to know which values can occur: every quantize clamps to its domain's range,
+a ReLU cuts below zero, a linear layer maps an input interval through its
+weights (``Value.channels``: each output channel's bias and sums of positive
+and negative weights), a sigmoid lands in ``(0, 1)``. Each transfer is a sound
+over-approximation over whole tensors (one interval per value); anything not
+modelled is unbounded until the next quantize clamps it. Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+
+from qflow.domain import Domain
+from qflow.graph import DefKind, DomainGraph, Value
+from qflow.ops import MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name
+
+Interval = tuple[float, float]
+UNBOUNDED: Interval = (-math.inf, math.inf)
+
+_MONOTONE = {
+    "sigmoid": lambda x: 1 / (1 + math.exp(-x)) if x > -700 else 0.0,
+    "tanh": math.tanh,
+    "exp": lambda x: math.exp(x) if x < 700 else math.inf,
+    "hardsigmoid": lambda x: min(max(x / 6 + 0.5, 0.0), 1.0),
+    "erf": math.erf,
+}
+#: Ops whose output lies in a fixed interval whatever their input.
+_BOUNDED: dict[str, Interval] = {"softmax": (0.0, 1.0), "_softmax": (0.0, 1.0), "_safe_softmax": (0.0, 1.0),
+                                 "sin": (-1.0, 1.0), "cos": (-1.0, 1.0)}  # fmt: skip
+#: Ops whose output lies within the hull of their data inputs.
+_WITHIN = frozenset({"mean", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
+                     "upsample_nearest2d", "upsample_bilinear2d", "maximum", "minimum"})  # fmt: skip
+#: Pass-through ops that can add values of their own (a pad value, a fill, an index's default).
+_ADDS_VALUES = frozenset({"constant_pad_nd", "pad", "masked_fill", "index_put", "index_put_"})
+
+
+def domain_range(d: Domain | None) -> Interval | None:
+    """The real values a fixed per-tensor integer domain can hold."""
+    if d is None or d.is_float or d.per_channel or d.opaque is not None or not isinstance(d.scale, float):
+        return None
+    if not isinstance(d.zero_point, int) or not math.isfinite(d.scale):
+        return None
+    return d.scale * (d.qmin - d.zero_point), d.scale * (d.qmax - d.zero_point)
+
+
+def _hull(xs: list[Interval]) -> Interval:
+    return min(x[0] for x in xs), max(x[1] for x in xs)
+
+
+def _meet(a: Interval, b: Interval | None) -> Interval:
+    if b is None:
+        return a
+    lo, hi = max(a[0], b[0]), min(a[1], b[1])
+    if lo > hi:  # (disjoint: the clamp pins every value at the nearer end)
+        return (b[1], b[1]) if a[0] > b[1] else (b[0], b[0])
+    return lo, hi
+
+
+def _mul(a: Interval, b: Interval) -> Interval:
+    ps = [x * y for x in a for y in b if not (math.isinf(x) and y == 0) and not (math.isinf(y) and x == 0)]
+    return (min(ps), max(ps)) if len(ps) == 4 else UNBOUNDED
+
+
+def _affine(v: Value, x: Interval) -> Interval:
+    """A linear layer / convolution over an input in `x` (a convolution's padding adds zeros)."""
+    assert v.channels is not None
+    lo, hi = x
+    if base_name(v.target) != "linear":
+        lo, hi = min(lo, 0.0), max(hi, 0.0)
+    if math.isinf(lo) or math.isinf(hi):
+        return UNBOUNDED
+    los = [b + p * lo + n * hi for b, p, n in v.channels]
+    his = [b + p * hi + n * lo for b, p, n in v.channels]
+    return min(los), max(his)
+
+
+def _compute(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -> Interval:
+    name = base_name(v.target)
+    data = [i for _, lab, i in ins if lab in ("args[0]", "args[1]")]
+    if name in _BOUNDED:
+        return _BOUNDED[name]
+    if len(ins) == 1 and ins[0][1] == "args[0]":
+        x = ins[0][2]
+        if name in _MONOTONE:
+            return _MONOTONE[name](x[0]), _MONOTONE[name](x[1])
+        if name in _WITHIN:
+            return x
+        if name == "neg":
+            return -x[1], -x[0]
+        if name == "abs":
+            return (0.0 if x[0] <= 0 <= x[1] else min(abs(x[0]), abs(x[1]))), max(abs(x[0]), abs(x[1]))
+        if name == "sum" and v.numel and dg.value(ins[0][0]).numel:
+            k = dg.value(ins[0][0]).numel // v.numel  # type: ignore[operator]
+            return _mul(x, (0.0, float(k)))
+    if name in ("linear", "conv1d", "conv2d", "conv3d", "convolution") and v.channels is not None:
+        first = [i for _, lab, i in ins if lab == "args[0]"]
+        return _affine(v, first[0]) if first else UNBOUNDED
+    if name in _WITHIN and data:
+        return _hull(data)
+    by_label = {lab: i for _, lab, i in ins}
+    if name in ("add", "sub", "mul") and "args[0]" in by_label and "args[1]" in by_label:
+        a, b = by_label["args[0]"], by_label["args[1]"]
+        if name == "add":
+            return a[0] + b[0], a[1] + b[1]
+        return (a[0] - b[1], a[1] - b[0]) if name == "sub" else _mul(a, b)
+    return UNBOUNDED
+
+
+def _transfer(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -> Interval:
+    name, cls = base_name(v.target), v.op_class
+    own = domain_range(v.definition.domain) if v.definition.kind is DefKind.FACT else None
+    if cls is OpClass.QUANTIZE and own is not None and ins:
+        step = v.definition.domain.scale / 2  # type: ignore[union-attr, operator]  (rounding)
+        lo, hi = _hull([i for _, _, i in ins])
+        return _meet((lo - step, hi + step), own)
+    if cls is OpClass.DEQUANTIZE and ins and ins[0][1] == "args[0]":
+        out = ins[0][2]
+    elif cls is OpClass.PASSTHROUGH and name not in _ADDS_VALUES:
+        sel = SELECT_INPUTS.get(name)
+        if sel is not None:
+            labels = {f"args[{k}]" for k in sel}
+            data = [i for _, lab, i in ins if lab in labels]
+            out = _hull(data) if len(data) == len(sel) else UNBOUNDED
+        elif name in MULTI_INPUT_IDENTITY:
+            out = _hull([i for _, lab, i in ins if lab.startswith("args[0]")] or [UNBOUNDED])
+        else:
+            first = [i for _, lab, i in ins if lab == "args[0]"]
+            out = first[0] if first else UNBOUNDED
+    elif cls is OpClass.ACTIVATION and name in ("relu", "relu_") and ins:
+        x = ins[0][2]
+        out = max(x[0], 0.0), max(x[1], 0.0)
+    elif cls is OpClass.COMPUTE and ins:
+        out = _compute(dg, v, ins)
+    else:
+        out = UNBOUNDED
+    return _meet(out, own)
+
+
+def value_ranges(dg: DomainGraph) -> dict[str, Interval]:
+    """Every value's interval (adapters add values in program order: one pass)."""
+    out: dict[str, Interval] = {}
+    g = dg.g
+    for name in g:
+        ins = [(p, lab, out[p]) for p, data in g._pred[name].items() for lab in data["args"]]
+        out[name] = _transfer(dg, dg.value(name), ins)
+    return out

@@ -1,0 +1,113 @@
+"""Where a violation's wrong codes land, and how wrong they are there (for `impact`).
+
+A dropped requant hands its quantize the codes of its input's domain: they are off by at most the
+copy's bound (`bounds.dropped_requant`), in steps of the declared domain. A chain of them (a reshape
+then a view, each with its own requant) hands the last one the first one's source codes, weighed as a
+whole (`bounds.copied_through`: a round trip through a finer grid is exact). Where qflow knows only
+that the codes are of the right dtype (a clamp on the way, a merged duplicate), they are anywhere in
+the declared domain's range. Any other violation has no bound: nothing is weighed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from qflow import bounds, impact
+from qflow.bounds import Bound
+from qflow.domain import Domain
+from qflow.graph import DomainGraph, Obligation, ObligationKind
+from qflow.ops import OpClass
+
+
+@dataclass(frozen=True)
+class Read:
+    """A violated obligation: the domain produced, the one declared, the copy's bound if weighed."""
+
+    obligation: Obligation
+    produced: Domain | None
+    expected: Domain | None
+    bound: Bound | None
+
+
+def land(dg: DomainGraph, reads: list[Read]) -> tuple[dict[str, float], frozenset[str]] | None:
+    """(value → the real error of its codes, the values whose error already holds what they inherit),
+    or None when a violation has no bound."""
+    copies = {  # the quantize a dropped requant lands on → its read
+        r.obligation.edge[1]: r
+        for r in reads
+        if r.obligation.kind is ObligationKind.NO_FOLD_CHANGE and r.obligation.edge and r.produced and r.expected
+        and r.obligation.edge[1] in dg.g
+    }  # fmt: skip
+    landed: dict[str, float] = {}
+    replaced = set()
+    for r in reads:
+        spot = r.obligation.edge[1] if r.obligation.edge else None
+        chain = _chain(dg, copies, spot) if spot in copies and copies[spot] is r else []
+        eps = bounds.copied_through(chain[0], chain[1:]) if len(chain) > 2 else None
+        if eps is not None and spot is not None:  # after another dropped requant: its source's codes
+            landed[spot] = eps
+            replaced.add(spot)
+            continue
+        at = _landing(dg, r)
+        if at is None:
+            return None
+        landed[at[0]] = landed.get(at[0], 0.0) + at[1]
+    return landed, frozenset(replaced)
+
+
+def _chain(dg: DomainGraph, copies: dict[str, Read], spot: str) -> list[Domain]:
+    """[the codes' source domain, then each requant the program asks for] along the dropped requants
+    that end at `spot`: each one's pass-through op reads, through dequantizes and pass-through ops
+    only, the value the one before lands on."""
+    r = copies[spot]
+    assert r.produced is not None and r.expected is not None
+    cur = r.obligation.node
+    for _ in range(64 if dg.value(cur).op_class is OpClass.PASSTHROUGH else 0):  # (an activation clamps)
+        preds = dg.g._pred[cur]
+        if len(preds) != 1:
+            break
+        cur = next(iter(preds))
+        if cur in copies:
+            return [*_chain(dg, copies, cur), r.expected]
+        if dg.value(cur).op_class not in (OpClass.DEQUANTIZE, OpClass.PASSTHROUGH):
+            break
+    return [r.produced, r.expected]
+
+
+def _widened(r: Read) -> Bound | None:
+    """A copy of narrower codes into a wider dtype's domain (int8 codes read as int16): the codes keep
+    their values, read in the wider domain (the Arm TOSA artifact's RESCALE reads the int8 tensor with
+    the int16 domain's zero point), so the copy's bound holds over the narrower code range."""
+    p, e = r.produced, r.expected
+    if p is None or e is None or p.is_float or e.is_float or p.dtype == e.dtype:
+        return None
+    if not (e.qmin <= p.qmin and p.qmax <= e.qmax):
+        return None
+    return bounds.dropped_requant(replace(p, dtype=e.dtype), e, bounds.COPY, (p.qmin, p.qmax))
+
+
+_COPIES = frozenset({ObligationKind.NO_FOLD_CHANGE, ObligationKind.CLAIM})
+
+
+def _landing(dg: DomainGraph, r: Read) -> tuple[str, float] | None:
+    """(the value whose codes a violation makes wrong, their real error at most), or None when
+    qflow cannot bound it."""
+    ob = r.obligation
+    spot = ob.edge[1] if ob.edge and ob.kind is not ObligationKind.CLAIM else ob.node
+    if spot not in dg.g:
+        return None
+    if ob.finding_kind in ("requant-across-activation", "merged-duplicate-users"):
+        # (the backend clamps the codes on the way / computes them in another domain of the same dtype:
+        # anywhere in the declared range)
+        declared = r.expected if ob.finding_kind == "requant-across-activation" else ob.expected
+        w = impact.width(declared) if declared is not None else math.inf
+        at = spot if ob.finding_kind == "requant-across-activation" else ob.node
+        return (at, w) if math.isfinite(w) and at in dg.g else None
+    bound = r.bound if r.bound is not None or ob.kind not in _COPIES else _widened(r)
+    declared = r.expected
+    if ob.finding_kind == "dropped-scale" and ob.edge:  # (zero points only: a bound over every code, as a copy's)
+        bound, declared = ob.bound, ob.expected
+    if bound is None or declared is None or not isinstance(declared.scale, float):
+        return None
+    return spot, bound.codes * declared.scale  # (each code moves by at most `codes` steps)

@@ -1,0 +1,123 @@
+"""`impact` and `ranges` (issue #27): the error a wrong code read leaves at the outputs, on hand-built
+Q/DQ graphs, each bound checked against the program and a backend emulated in plain Python."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from qflow import bounds, impact, ranges
+from qflow.domain import FLOAT, Domain
+from qflow.graph import Definition, DefKind, DomainGraph, Value
+from qflow.ops import OpClass
+
+WIDE = Domain.quantized("int8", 0.05, 0, -128, 127)  # [-6.4, 6.35]
+NARROW = Domain.quantized("int8", 1e-5, -128, -128, 127)  # [0, 0.00255]
+OUT = Domain.quantized("int8", 0.01, 0, -128, 127)
+
+
+def _graph(mid: Domain, op: str = "linear", gain: float | None = 2.0) -> DomainGraph:
+    """x → q(WIDE) → dq → <op> → q(mid) → dq → linear(gain 2) → q(OUT) → dq (the output)."""
+    dg = DomainGraph(form="qdq")
+
+    def add(name: str, target: str, cls: OpClass, d: Domain | None, src: str | None, **kw: object) -> None:
+        dg.add_value(Value(name, target, cls, Definition(DefKind.FACT, d if d is not None else FLOAT), **kw))
+        if src is not None:
+            dg.add_use(src, name, "args[0]")
+
+    q, dq = "quantized_decomposed.quantize_per_tensor.default", "quantized_decomposed.dequantize_per_tensor.default"
+    add("x", "placeholder", OpClass.UNKNOWN, None, None)
+    add("q0", q, OpClass.QUANTIZE, WIDE, "x")
+    add("dq0", dq, OpClass.DEQUANTIZE, WIDE, "q0")
+    add("f", f"aten.{op}.default", OpClass.COMPUTE, None, "dq0", gain=gain, numel=8)
+    add("q1", q, OpClass.QUANTIZE, mid, "f")
+    add("dq1", dq, OpClass.DEQUANTIZE, mid, "q1")
+    add("g", "aten.linear.default", OpClass.COMPUTE, None, "dq1", gain=2.0, channels=((0.0, 1.0, -1.0),))
+    add("q2", q, OpClass.QUANTIZE, OUT, "g")
+    add("dq2", dq, OpClass.DEQUANTIZE, OUT, "q2")
+    return dg
+
+
+def test_a_narrow_requant_downstream_masks_a_wrong_read() -> None:
+    # q0's codes off by anything in WIDE's range: f's output moves a lot, but q1 clamps both sides into
+    # [0, 0.00255], and g doubles that: 0.0051, half an output LSB
+    hit = impact.output_error(_graph(NARROW), {"q0": impact.width(WIDE)})
+    assert hit.output == "dq2" and hit.lsb == pytest.approx(0.51, abs=0.01)
+    # the same with an ordinary range in the middle: the error reaches the output
+    moved = impact.output_error(_graph(OUT), {"q0": impact.width(WIDE)})
+    assert moved.lsb > 100 and not moved.within_rounding
+
+
+def test_what_is_not_modelled_is_unbounded_until_a_requant_clamps_it() -> None:
+    for op, gain in (("layer_norm", None), ("linear", None)):
+        hit = impact.output_error(_graph(OUT, op, gain), {"q0": 0.05})
+        assert hit.lsb == pytest.approx(2 * impact.width(OUT) / OUT.scale)  # type: ignore[operator]
+
+
+def test_a_landing_fed_a_wrong_value_is_unbounded_unless_weighed_whole() -> None:
+    dg = _graph(OUT)
+    assert math.isinf(impact.output_error(dg, {"q0": 0.05, "q1": 0.01}).lsb)
+    assert impact.output_error(dg, {"q0": 0.05, "q1": 0.0}, frozenset({"q1"})).output is None  # (nothing out)
+
+
+def test_lipschitz_constants_bound_the_real_functions() -> None:
+    rng = random.Random(0)
+    fns = {"sigmoid": lambda x: 1 / (1 + math.exp(-x)), "tanh": math.tanh, "erf": math.erf, "sin": math.sin,
+           "gelu": lambda x: 0.5 * x * (1 + math.erf(x / math.sqrt(2))), "silu": lambda x: x / (1 + math.exp(-x)),
+           "hardswish": lambda x: x * min(max(x + 3, 0), 6) / 6}  # fmt: skip
+    for name, f in fns.items():
+        for _ in range(2000):
+            a, d = rng.uniform(-8, 8), rng.uniform(1e-6, 0.5)
+            assert abs(f(a + d) - f(a)) <= impact.LIPSCHITZ[name] * d + 1e-12, name
+    for _ in range(2000):  # softmax in the infinity norm
+        xs = [rng.uniform(-5, 5) for _ in range(6)]
+        ys = [x + rng.uniform(-0.1, 0.1) for x in xs]
+        e = max(abs(x - y) for x, y in zip(xs, ys, strict=True))
+        sx, sy = (lambda v: [math.exp(t) / sum(math.exp(u) for u in v) for t in v])(xs), None
+        sy = [math.exp(t) / sum(math.exp(u) for u in ys) for t in ys]
+        assert max(abs(a - b) for a, b in zip(sx, sy, strict=True)) <= impact.LIPSCHITZ["softmax"] * e + 1e-12
+
+
+def test_value_ranges_follow_clamps_relus_and_weights() -> None:
+    r = ranges.value_ranges(_graph(NARROW))
+    assert r["dq0"] == pytest.approx((-6.4, 6.35)) and r["q1"] == pytest.approx((0.0, 0.00255))
+    assert r["g"] == pytest.approx((-0.00255, 0.00255))  # bias 0, +1 and -1 weight sums
+    assert r["x"] == ranges.UNBOUNDED
+
+
+def test_saturation_on_both_sides_moves_no_code() -> None:
+    # g's interval [-0.00255, 0.00255] plus any error below 0.2 sits inside OUT: no saturation; but a
+    # requant whose range lies beyond everything g can reach pins both sides at one end
+    far = Domain.quantized("int8", 1e-4, -256, -128, 127)  # [0.0128 .. 0.0383]: above g's reach
+    dg = _graph(NARROW)
+    dg.value("q2").definition = Definition(DefKind.FACT, far)
+    dg.value("dq2").definition = Definition(DefKind.FACT, far)
+    hit = impact.output_error(dg, {"q0": impact.width(WIDE)})
+    assert hit.output is None and hit.lsb == 0.0 and hit.within_rounding
+
+
+@pytest.mark.parametrize(
+    "src, hops, exact",
+    [
+        (WIDE, [Domain.quantized("int16", 0.05 / 256, 0, -32767, 32767), WIDE], True),  # finer, wide enough
+        (WIDE, [Domain.quantized("int16", 1e-5, 0, -32767, 32767), WIDE], False),  # finer, clips at 0.33
+        (WIDE, [Domain.quantized("int8", 0.2, 0, -128, 127), WIDE], False),  # coarser: the program loses
+    ],
+)
+def test_a_round_trip_of_dropped_requants_against_every_code(src, hops, exact) -> None:
+    got = bounds.copied_through(src, hops)
+    assert got is not None and (got == 0.0) is exact
+    worst = 0.0  # brute force: the program's chain of requants (round half to even), the backend's copy
+    for c in range(src.qmin, src.qmax + 1):
+        x = src.scale * (c - src.zero_point)
+        for d in hops:
+            x = d.scale * (min(max(round(x / d.scale) + d.zero_point, d.qmin), d.qmax) - d.zero_point)
+        worst = max(worst, abs(hops[-1].scale * (c - hops[-1].zero_point) - x))
+    assert got == pytest.approx(worst, abs=1e-9) or got >= worst  # (ties taken both ways)
+
+
+def test_no_round_trip_bound_for_codes_the_last_dtype_cannot_hold() -> None:
+    assert bounds.copied_through(Domain.quantized("int16", 1e-4, 0, -32767, 32767), [WIDE]) is None
+    assert bounds.copied_through(WIDE, [FLOAT]) is None
