@@ -107,7 +107,7 @@ def _sloped(name: str, r: tuple[float, float] | None) -> float | None:
     return {"rsqrt": 0.5 * lo**-1.5, "sqrt": 0.5 * lo**-0.5, "log": 1.0 / lo}.get(name)
 
 
-def _op_error(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: dict[str, Interval]) -> float:
+def _op_error(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: Mapping[str, Interval]) -> float:
     """The real error of `v`'s op result from its inputs' errors ((producer, edge label, error))."""
     name = base_name(v.target)
     total, worst = sum(e for _, _, e in errs), max(e for _, _, e in errs)
@@ -130,12 +130,17 @@ def _op_error(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng
     return k * total if k is not None else math.inf
 
 
-def output_error(dg: DomainGraph, landed: Mapping[str, float], replaced: frozenset[str] = frozenset()) -> Impact:
+def output_error(
+    dg: DomainGraph,
+    landed: Mapping[str, float],
+    replaced: frozenset[str] = frozenset(),
+    rng: Mapping[str, Interval] | None = None,
+) -> Impact:
     """The worst program output the errors `landed` (value → real error of its codes, rounding
     included) reach. A value that lands an error and inherits one
     is unbounded (a wrong read of already wrong codes), unless its landed error already accounts
     for what it inherits (`replaced`: the end of a chain of copies, weighed as a whole)."""
-    rng = value_ranges(dg)
+    rng = rng if rng is not None else value_ranges(dg)
     err: dict[str, float] = {}  # real error of each value reached
     pre: dict[str, float] = {}  # the error before its last rounding
     grid: dict[str, tuple[float, float] | None] = {}  # (scale, width) of its last rounding

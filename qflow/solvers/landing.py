@@ -11,6 +11,7 @@ the declared domain's range. Any other violation has no bound: nothing is weighe
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from qflow import bounds, impact
@@ -18,21 +19,26 @@ from qflow.bounds import Bound
 from qflow.domain import Domain
 from qflow.graph import DomainGraph, Obligation, ObligationKind
 from qflow.ops import OpClass
+from qflow.ranges import Interval
 
 
 @dataclass(frozen=True)
 class Read:
-    """A violated obligation: the domain produced, the one declared, the copy's bound if weighed."""
+    """A violated obligation: the domain produced, the one declared, and whether the backend copies
+    the codes across it (a dropped requant; not a claim about a real tensor on a grid)."""
 
     obligation: Obligation
     produced: Domain | None
     expected: Domain | None
-    bound: Bound | None
+    copied: bool
 
 
-def land(dg: DomainGraph, reads: list[Read]) -> tuple[dict[str, float], frozenset[str]] | None:
+def land(
+    dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval]
+) -> tuple[dict[str, float], frozenset[str]] | None:
     """(value → the real error of its codes, the values whose error already holds what they inherit),
-    or None when a violation has no bound."""
+    or None when a violation has no bound. A copy is weighed over the codes its source can reach
+    (`rng`, the program's value ranges)."""
     copies = {  # the quantize a dropped requant lands on → its read
         r.obligation.edge[1]: r
         for r in reads
@@ -49,7 +55,7 @@ def land(dg: DomainGraph, reads: list[Read]) -> tuple[dict[str, float], frozense
             landed[spot] = eps
             replaced.add(spot)
             continue
-        at = _landing(dg, r)
+        at = _landing(dg, r, rng)
         if at is None:
             return None
         landed[at[0]] = landed.get(at[0], 0.0) + at[1]
@@ -75,7 +81,18 @@ def _chain(dg: DomainGraph, copies: dict[str, Read], spot: str) -> list[Domain]:
     return [r.produced, r.expected]
 
 
-def _widened(r: Read) -> Bound | None:
+def _reach(d: Domain | None, r: Interval | None) -> tuple[int, int] | None:
+    """The codes of `d` that values in `r` round to."""
+    if d is None or r is None or d.is_float or d.per_channel or not isinstance(d.scale, float):
+        return None
+    if not isinstance(d.zero_point, int) or math.isinf(r[0]) or math.isinf(r[1]):
+        return None
+    lo = max(d.qmin, math.floor(r[0] / d.scale + d.zero_point))
+    hi = min(d.qmax, math.ceil(r[1] / d.scale + d.zero_point))
+    return (lo, hi) if lo <= hi else None
+
+
+def _widened(r: Read, codes: tuple[int, int] | None) -> Bound | None:
     """A copy of narrower codes into a wider dtype's domain (int8 codes read as int16): the codes keep
     their values, read in the wider domain (the Arm TOSA artifact's RESCALE reads the int8 tensor with
     the int16 domain's zero point), so the copy's bound holds over the narrower code range."""
@@ -84,16 +101,14 @@ def _widened(r: Read) -> Bound | None:
         return None
     if not (e.qmin <= p.qmin and p.qmax <= e.qmax):
         return None
-    return bounds.dropped_requant(replace(p, dtype=e.dtype), e, bounds.COPY, (p.qmin, p.qmax))
+    return bounds.dropped_requant(replace(p, dtype=e.dtype), e, bounds.COPY, codes or (p.qmin, p.qmax))
 
 
-_COPIES = frozenset({ObligationKind.NO_FOLD_CHANGE, ObligationKind.CLAIM})
-
-
-def _landing(dg: DomainGraph, r: Read) -> tuple[str, float] | None:
+def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str, float] | None:
     """(the value whose codes a violation makes wrong, their real error at most), or None when
     qflow cannot bound it."""
     ob = r.obligation
+    codes = _reach(r.produced, rng.get(ob.value))
     spot = ob.edge[1] if ob.edge and ob.kind is not ObligationKind.CLAIM else ob.node
     if spot not in dg.g:
         return None
@@ -104,8 +119,9 @@ def _landing(dg: DomainGraph, r: Read) -> tuple[str, float] | None:
         w = impact.width(declared) if declared is not None else math.inf
         at = spot if ob.finding_kind == "requant-across-activation" else ob.node
         return (at, w) if math.isfinite(w) and at in dg.g else None
-    bound = r.bound if r.bound is not None or ob.kind not in _COPIES else _widened(r)
-    declared = r.expected
+    bound, declared = None, r.expected
+    if r.copied and r.produced is not None and r.expected is not None:
+        bound = bounds.dropped_requant(r.produced, r.expected, bounds.COPY, codes) or _widened(r, codes)
     if ob.finding_kind == "dropped-scale" and ob.edge:  # (zero points only: a bound over every code, as a copy's)
         bound, declared = ob.bound, ob.expected
     if bound is None or declared is None or not isinstance(declared.scale, float):

@@ -30,7 +30,7 @@ from typing import Any
 
 import z3
 
-from qflow import bounds, impact
+from qflow import bounds, impact, ranges
 from qflow.bounds import Bound
 from qflow.domain import Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind
@@ -585,11 +585,12 @@ def _masked(dg: DomainGraph, results: list[Result]) -> list[Result]:
     violated = [r for r in results if r.status is Status.VIOLATED]
     if not violated or not dg.outputs:  # (an adapter that does not say what the program returns)
         return results
-    reads = [landing.Read(r.obligation, _domain(r.produced), _domain(r.expected), r.bound) for r in violated]
-    landed = landing.land(dg, reads)
+    reads = [landing.Read(r.obligation, _domain(r.produced), _domain(r.expected), _copied(r)) for r in violated]
+    rng = ranges.value_ranges(dg)
+    landed = landing.land(dg, reads, rng)
     if landed is None:
         return results
-    worst = impact.output_error(dg, *landed)
+    worst = impact.output_error(dg, *landed, rng=rng)
     if not worst.within_rounding:
         return results
     return [replace(r, status=Status.PROVED, masked=worst) if r.status is Status.VIOLATED else r for r in results]
@@ -597,3 +598,11 @@ def _masked(dg: DomainGraph, results: list[Result]) -> list[Result]:
 
 def _domain(s: Side | None) -> Domain | None:
     return s.domain if s is not None else None
+
+
+def _copied(r: Result) -> bool:
+    """Does the backend copy the codes across the violated obligation (as `_weigh` reads it)?"""
+    if r.obligation.kind is ObligationKind.NO_FOLD_CHANGE:
+        return True
+    real = (r.produced is not None and r.produced.real) or (r.expected is not None and r.expected.real)
+    return r.obligation.kind is ObligationKind.CLAIM and not real
