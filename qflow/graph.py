@@ -89,6 +89,8 @@ class Value:
     #: A linear layer's / convolution's output channels as (bias, sum of positive weights, sum of
     #: negative weights): the interval its output can reach from its input's (`ranges`).
     channels: tuple[tuple[float, float, float], ...] | None = None
+    #: An activation's real bounds (relu: 0 and inf): `ranges`.
+    clamp: tuple[float, float] | None = None
 
 
 class ObligationKind(enum.Enum):

@@ -87,9 +87,27 @@ def _data_edge(name: str, label: str) -> bool:
     return label == "args[0]"
 
 
-def _reach(rng: Interval, e: float) -> Interval:
-    """Where the backend's value can be: the program's interval widened by the error."""
-    return rng[0] - e, rng[1] + e
+@dataclass(frozen=True)
+class _Ranges:
+    """The program's value ranges and the backend's (computed from the codes it really has)."""
+
+    program: Mapping[str, Interval]
+    backend: Mapping[str, Interval]
+
+    def both(self, name: str, e: float) -> tuple[Interval, Interval]:
+        """(the program's interval, the backend's) at `name`, whose error is at most `e`."""
+        p, b = self.program[name], self.backend[name]
+        lo, hi = max(b[0], p[0] - e), min(b[1], p[1] + e)  # (the backend is within `e` of the program)
+        return p, ((lo, hi) if lo <= hi else (p[0] - e, p[1] + e))
+
+    def hull(self, name: str, e: float) -> Interval:
+        p, b = self.both(name, e)
+        return min(p[0], b[0]), max(p[1], b[1])
+
+    def pinned(self, name: str, e: float, lo: float, hi: float) -> bool:
+        """Do both sides lie beyond one end of [lo, hi] (a clamp there gives both the same value)?"""
+        p, b = self.both(name, e)
+        return (p[0] >= hi and b[0] >= hi) or (p[1] <= lo and b[1] <= lo)
 
 
 def _sloped(name: str, r: tuple[float, float] | None) -> float | None:
@@ -107,10 +125,12 @@ def _sloped(name: str, r: tuple[float, float] | None) -> float | None:
     return {"rsqrt": 0.5 * lo**-1.5, "sqrt": 0.5 * lo**-0.5, "log": 1.0 / lo}.get(name)
 
 
-def _op_error(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: Mapping[str, Interval]) -> float:
+def _op_error(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: _Ranges) -> float:
     """The real error of `v`'s op result from its inputs' errors ((producer, edge label, error))."""
     name = base_name(v.target)
     total, worst = sum(e for _, _, e in errs), max(e for _, _, e in errs)
+    if v.op_class is OpClass.ACTIVATION and v.clamp is not None and len(errs) == 1:
+        return 0.0 if rng.pinned(errs[0][0], worst, *v.clamp) else worst
     if v.op_class in (OpClass.PASSTHROUGH, OpClass.DEQUANTIZE, OpClass.QUANTIZE, OpClass.ACTIVATION):
         if v.op_class is OpClass.PASSTHROUGH and not all(_data_edge(name, lab) for _, lab, e in errs if e > 0):
             return math.inf
@@ -126,7 +146,7 @@ def _op_error(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng
         return total * (n_in // n_out) if n_in and n_out and len(errs) == 1 else math.inf
     k = LIPSCHITZ.get(name)
     if k is None and len(errs) == 1:
-        k = _sloped(name, _reach(rng[errs[0][0]], errs[0][2]))
+        k = _sloped(name, rng.hull(errs[0][0], errs[0][2]))
     return k * total if k is not None else math.inf
 
 
@@ -135,12 +155,14 @@ def output_error(
     landed: Mapping[str, float],
     replaced: frozenset[str] = frozenset(),
     rng: Mapping[str, Interval] | None = None,
+    backend: Mapping[str, Interval] | None = None,
 ) -> Impact:
     """The worst program output the errors `landed` (value → real error of its codes, rounding
     included) reach. A value that lands an error and inherits one
     is unbounded (a wrong read of already wrong codes), unless its landed error already accounts
     for what it inherits (`replaced`: the end of a chain of copies, weighed as a whole)."""
-    rng = rng if rng is not None else value_ranges(dg)
+    program = rng if rng is not None else value_ranges(dg)
+    ranges = _Ranges(program, value_ranges(dg, backend) if backend else program)
     err: dict[str, float] = {}  # real error of each value reached
     pre: dict[str, float] = {}  # the error before its last rounding
     grid: dict[str, tuple[float, float] | None] = {}  # (scale, width) of its last rounding
@@ -159,7 +181,7 @@ def output_error(
             continue
         else:
             v = dg.value(name)
-            e = _op_error(dg, v, incoming, rng)
+            e = _op_error(dg, v, incoming, ranges)
             reached = [p for p in g._pred[name] if p in err]
             first = reached[0]
             own = _grid(_own_domain(v)) if v.op_class not in (OpClass.DEQUANTIZE, OpClass.PASSTHROUGH) else None
@@ -167,10 +189,11 @@ def output_error(
                 pre[name], grid[name], err[name] = math.inf, None, math.inf
             elif own is not None and v.definition.kind is DefKind.FACT and v.op_class is not OpClass.ACTIVATION:
                 # rounds once more: one step, clamped to its range, where both sides can be
-                lo, hi = _reach(rng[first] if v.op_class is OpClass.QUANTIZE else rng[name], e)
+                at = first if v.op_class is OpClass.QUANTIZE else name
                 qlo, qhi = domain_range(_own_domain(v)) or (-math.inf, math.inf)
-                if lo >= qhi or hi <= qlo:  # both saturate at one end: the same code
+                if ranges.pinned(at, e, qlo, qhi):  # both saturate at one end: the same code
                     e = 0.0
+                lo, hi = ranges.hull(at, e)
                 pre[name], grid[name] = e, own
                 err[name] = min(e + own[0], own[1], min(qhi, hi) - max(qlo, lo) + own[0]) if e else 0.0
             elif v.op_class is OpClass.COMPUTE:  # an unrounded result

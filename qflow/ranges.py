@@ -3,16 +3,18 @@
 A dropped requant moves codes only where its input reaches; a later requant
 loses nothing where both the program and the backend saturate it. Both need
 to know which values can occur: every quantize clamps to its domain's range,
-a ReLU cuts below zero, a linear layer maps an input interval through its
+a ReLU or clamp cuts at its bounds (``Value.clamp``), a linear layer maps an input interval through its
 weights (``Value.channels``: each output channel's bias and sums of positive
 and negative weights), a sigmoid lands in ``(0, 1)``. Each transfer is a sound
 over-approximation over whole tensors (one interval per value); anything not
-modelled is unbounded until the next quantize clamps it. Torch-free.
+modelled is unbounded until the next quantize clamps it. The same transfers bound what a backend
+computes from wrong codes (`given`), as the ops after them compute right. Torch-free.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from qflow.domain import Domain
 from qflow.graph import DefKind, DomainGraph, Value
@@ -114,9 +116,12 @@ def _transfer(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -
     name, cls = base_name(v.target), v.op_class
     own = domain_range(v.definition.domain) if v.definition.kind is DefKind.FACT else None
     if cls is OpClass.QUANTIZE and own is not None and ins:
-        step = v.definition.domain.scale / 2  # type: ignore[union-attr, operator]  (rounding)
+        s = v.definition.domain.scale  # type: ignore[union-attr]
         lo, hi = _hull([i for _, _, i in ins])
-        return _meet((lo - step, hi + step), own)
+        # (rounding to the grid, which holds every multiple of the scale: an integer zero point)
+        lo = s * math.floor(lo / s) if math.isfinite(lo) else lo  # type: ignore[operator]
+        hi = s * math.ceil(hi / s) if math.isfinite(hi) else hi  # type: ignore[operator]
+        return _meet((lo, hi), own)
     if cls is OpClass.DEQUANTIZE and ins and ins[0][1] == "args[0]":
         out = ins[0][2]
     elif cls is OpClass.PASSTHROUGH and name not in _ADDS_VALUES:
@@ -130,9 +135,8 @@ def _transfer(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -
         else:
             first = [i for _, lab, i in ins if lab == "args[0]"]
             out = first[0] if first else UNBOUNDED
-    elif cls is OpClass.ACTIVATION and name in ("relu", "relu_") and ins:
-        x = ins[0][2]
-        out = max(x[0], 0.0), max(x[1], 0.0)
+    elif cls is OpClass.ACTIVATION and v.clamp is not None and ins:
+        out = clamped(ins[0][2], v.clamp)
     elif cls is OpClass.COMPUTE and ins:
         out = _compute(dg, v, ins)
     else:
@@ -140,11 +144,21 @@ def _transfer(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -
     return _meet(out, own)
 
 
-def value_ranges(dg: DomainGraph) -> dict[str, Interval]:
-    """Every value's interval (adapters add values in program order: one pass)."""
+def clamped(x: Interval, bounds: Interval) -> Interval:
+    lo, hi = bounds
+    return min(max(x[0], lo), hi), min(max(x[1], lo), hi)
+
+
+def value_ranges(dg: DomainGraph, given: Mapping[str, Interval] | None = None) -> dict[str, Interval]:
+    """Every value's interval (adapters add values in program order: one pass). `given`: values whose
+    interval is known otherwise (the codes a backend really writes there); what follows them is
+    computed from them."""
     out: dict[str, Interval] = {}
     g = dg.g
     for name in g:
+        if given is not None and name in given:
+            out[name] = given[name]
+            continue
         ins = [(p, lab, out[p]) for p, data in g._pred[name].items() for lab in data["args"]]
         out[name] = _transfer(dg, dg.value(name), ins)
     return out

@@ -305,6 +305,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
                 module_path=module_path(node),
                 gain=gains.gain(node, self.consts) if weighed else None,
                 channels=gains.channels(node, self.consts) if weighed else None,
+                clamp=gains.clamp(node) if op_class is OpClass.ACTIVATION else None,
             )
         )
 

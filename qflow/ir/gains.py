@@ -11,11 +11,13 @@ nor a value of a fixed per-tensor domain.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from torch import fx
 
+from qflow.ir import activations
 from qflow.ir.fx_nodes import Consts, qdq_domain, static_shape, target_name, val_of
 from qflow.ops import OpClass, base_name, classify
 
@@ -66,6 +68,17 @@ def channels(node: fx.Node, consts: Consts) -> tuple[tuple[float, float, float],
         return None
     pos, neg = w.clamp(min=0).sum(1), w.clamp(max=0).sum(1)
     return tuple(zip(b.flatten().tolist(), pos.tolist(), neg.tolist(), strict=True))
+
+
+def clamp(node: fx.Node) -> tuple[float, float] | None:
+    """An activation's real bounds, unbounded sides as infinities; None when they are not numbers."""
+    try:
+        b = activations.bounds(node)
+        if b is None:
+            return None
+        return (-math.inf if b[0] is None else float(b[0])), (math.inf if b[1] is None else float(b[1]))
+    except (TypeError, ValueError):  # (a clamp.Tensor's bounds are tensors)
+        return None
 
 
 def _product(a: Any, b: Any, consts: Consts, k: int) -> float | None:

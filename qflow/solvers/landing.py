@@ -14,11 +14,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from qflow import bounds, impact
+from qflow import bounds, impact, ranges
 from qflow.bounds import Bound
-from qflow.domain import Domain
+from qflow.domain import DTYPE_RANGE, Domain
 from qflow.graph import DomainGraph, Obligation, ObligationKind
-from qflow.ops import OpClass
+from qflow.ops import OpClass, base_name
 from qflow.ranges import Interval
 
 
@@ -33,33 +33,48 @@ class Read:
     copied: bool
 
 
-def land(
-    dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval]
-) -> tuple[dict[str, float], frozenset[str]] | None:
-    """(value → the real error of its codes, the values whose error already holds what they inherit),
-    or None when a violation has no bound. A copy is weighed over the codes its source can reach
-    (`rng`, the program's value ranges)."""
+@dataclass(frozen=True)
+class Landed:
+    """Where wrong codes land: value → the real error of its codes and the interval the backend's
+    values there lie in; the values whose error already holds what they inherit (a chain's end)."""
+
+    errors: dict[str, float]
+    backend: dict[str, Interval]
+    replaced: frozenset[str]
+
+
+def land(dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval]) -> Landed | None:
+    """Where each violation lands, or None when one has no bound. A copy is weighed over the codes
+    its source can reach (`rng`, the program's value ranges)."""
     copies = {  # the quantize a dropped requant lands on → its read
         r.obligation.edge[1]: r
         for r in reads
         if r.obligation.kind is ObligationKind.NO_FOLD_CHANGE and r.obligation.edge and r.produced and r.expected
         and r.obligation.edge[1] in dg.g
     }  # fmt: skip
-    landed: dict[str, float] = {}
+    errors: dict[str, float] = {}
+    backend: dict[str, Interval] = {}
     replaced = set()
     for r in reads:
         spot = r.obligation.edge[1] if r.obligation.edge else None
         chain = _chain(dg, copies, spot) if spot in copies and copies[spot] is r else []
         eps = bounds.copied_through(chain[0], chain[1:]) if len(chain) > 2 else None
         if eps is not None and spot is not None:  # after another dropped requant: its source's codes
-            landed[spot] = eps
+            errors[spot], backend[spot] = eps, _read_as(chain[-1], (chain[0].qmin, chain[0].qmax))
             replaced.add(spot)
             continue
         at = _landing(dg, r, rng)
         if at is None:
             return None
-        landed[at[0]] = landed.get(at[0], 0.0) + at[1]
-    return landed, frozenset(replaced)
+        errors[at[0]] = errors.get(at[0], 0.0) + at[1]
+        backend[at[0]] = at[2] if at[0] not in backend else ranges.UNBOUNDED
+    return Landed(errors, backend, frozenset(replaced))
+
+
+def _read_as(d: Domain, codes: tuple[int, int]) -> Interval:
+    """The real values codes in `codes` stand for, read in `d`."""
+    zp = int(d.zero_point)  # type: ignore[arg-type]
+    return d.scale * (codes[0] - zp), d.scale * (codes[1] - zp)  # type: ignore[operator]
 
 
 def _chain(dg: DomainGraph, copies: dict[str, Read], spot: str) -> list[Domain]:
@@ -92,6 +107,21 @@ def _reach(d: Domain | None, r: Interval | None) -> tuple[int, int] | None:
     return (lo, hi) if lo <= hi else None
 
 
+def _negated(dg: DomainGraph, node: str, d: Domain, rng: Mapping[str, Interval]) -> tuple[int, int]:
+    """The codes a `neg` lowered with zero points only (TOSA NEGATE) writes in `d`'s dtype: its input's
+    reachable codes negated about the two zero points, clamped to the dtype (any op else: the dtype)."""
+    lo, hi = DTYPE_RANGE[d.dtype]
+    preds = list(dg.g._pred[node]) if node in dg.g else []
+    if dg.get(node) is None or base_name(dg.value(node).target) != "neg" or len(preds) != 1:
+        return lo, hi
+    src = dg.value(preds[0]).definition.domain
+    codes = _reach(src, rng.get(preds[0]))
+    if src is None or codes is None or not isinstance(d.zero_point, int):
+        return lo, hi
+    zi, zo = int(src.zero_point), d.zero_point  # type: ignore[arg-type]
+    return min(max(-(codes[1] - zi) + zo, lo), hi), min(max(-(codes[0] - zi) + zo, lo), hi)
+
+
 def _widened(r: Read, codes: tuple[int, int] | None) -> Bound | None:
     """A copy of narrower codes into a wider dtype's domain (int8 codes read as int16): the codes keep
     their values, read in the wider domain (the Arm TOSA artifact's RESCALE reads the int8 tensor with
@@ -104,9 +134,9 @@ def _widened(r: Read, codes: tuple[int, int] | None) -> Bound | None:
     return bounds.dropped_requant(replace(p, dtype=e.dtype), e, bounds.COPY, codes or (p.qmin, p.qmax))
 
 
-def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str, float] | None:
-    """(the value whose codes a violation makes wrong, their real error at most), or None when
-    qflow cannot bound it."""
+def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str, float, Interval] | None:
+    """(the value whose codes a violation makes wrong, their real error at most, the interval the
+    backend's values there lie in), or None when qflow cannot bound it."""
     ob = r.obligation
     codes = _reach(r.produced, rng.get(ob.value))
     spot = ob.edge[1] if ob.edge and ob.kind is not ObligationKind.CLAIM else ob.node
@@ -114,16 +144,23 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
         return None
     if ob.finding_kind in ("requant-across-activation", "merged-duplicate-users"):
         # (the backend clamps the codes on the way / computes them in another domain of the same dtype:
-        # anywhere in the declared range)
+        # anywhere in the declared dtype's range)
         declared = r.expected if ob.finding_kind == "requant-across-activation" else ob.expected
-        w = impact.width(declared) if declared is not None else math.inf
         at = spot if ob.finding_kind == "requant-across-activation" else ob.node
-        return (at, w) if math.isfinite(w) and at in dg.g else None
-    bound, declared = None, r.expected
-    if r.copied and r.produced is not None and r.expected is not None:
-        bound = bounds.dropped_requant(r.produced, r.expected, bounds.COPY, codes) or _widened(r, codes)
-    if ob.finding_kind == "dropped-scale" and ob.edge:  # (zero points only: a bound over every code, as a copy's)
-        bound, declared = ob.bound, ob.expected
-    if bound is None or declared is None or not isinstance(declared.scale, float):
+        if declared is None or not math.isfinite(impact.width(declared)) or at not in dg.g:
+            return None
+        return at, impact.width(declared), _read_as(declared, DTYPE_RANGE[declared.dtype])
+    if ob.finding_kind == "dropped-scale" and ob.edge and ob.bound is not None and ob.expected is not None:
+        # (zero points only, a bound over every code as a copy's; the backend writes the op's codes
+        # clamped to the dtype: anywhere in it)
+        d = ob.expected
+        if not math.isfinite(impact.width(d)):
+            return None
+        return spot, ob.bound.codes * d.scale, _read_as(d, _negated(dg, ob.node, d, rng))  # type: ignore[operator]
+    if not r.copied or r.produced is None or r.expected is None or not math.isfinite(impact.width(r.expected)):
         return None
-    return spot, bound.codes * declared.scale  # (each code moves by at most `codes` steps)
+    bound = bounds.dropped_requant(r.produced, r.expected, bounds.COPY, codes) or _widened(r, codes)
+    if bound is None:
+        return None
+    # (each code moves by at most `codes` steps; the backend's are the source's codes, read as declared)
+    return spot, bound.codes * r.expected.scale, _read_as(r.expected, codes or (r.produced.qmin, r.produced.qmax))  # type: ignore[operator]

@@ -590,7 +590,7 @@ def _masked(dg: DomainGraph, results: list[Result]) -> list[Result]:
     landed = landing.land(dg, reads, rng)
     if landed is None:
         return results
-    worst = impact.output_error(dg, *landed, rng=rng)
+    worst = impact.output_error(dg, landed.errors, landed.replaced, rng, landed.backend)
     if not worst.within_rounding:
         return results
     return [replace(r, status=Status.PROVED, masked=worst) if r.status is Status.VIOLATED else r for r in results]
