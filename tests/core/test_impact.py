@@ -121,3 +121,30 @@ def test_a_round_trip_of_dropped_requants_against_every_code(src, hops, exact) -
 def test_no_round_trip_bound_for_codes_the_last_dtype_cannot_hold() -> None:
     assert bounds.copied_through(Domain.quantized("int16", 1e-4, 0, -32767, 32767), [WIDE]) is None
     assert bounds.copied_through(WIDE, [FLOAT]) is None
+
+
+def test_a_clamp_that_pins_both_sides_moves_nothing() -> None:
+    """neg → clamp(0, 6): the program's values are <= 0, and so are the backend's (a negate of the same
+    codes in another scale): both clamp to 0, whatever the error (campaign case 02159-arm-custom)."""
+    dg = DomainGraph(form="qdq")
+    q, dq = "quantized_decomposed.quantize_per_tensor.default", "quantized_decomposed.dequantize_per_tensor.default"
+    pos = Domain.quantized("int8", 0.02, -128, -128, 127)  # [0, 5.1]
+    for name, target, cls, d, src, kw in (
+        ("x", "placeholder", OpClass.UNKNOWN, None, None, {}),
+        ("q0", q, OpClass.QUANTIZE, pos, "x", {}),
+        ("dq0", dq, OpClass.DEQUANTIZE, pos, "q0", {}),
+        ("neg", "aten.neg.default", OpClass.COMPUTE, None, "dq0", {}),
+        ("q1", q, OpClass.QUANTIZE, WIDE, "neg", {}),
+        ("dq1", dq, OpClass.DEQUANTIZE, WIDE, "q1", {}),
+        ("clamp", "aten.clamp.default", OpClass.ACTIVATION, None, "dq1", {"clamp": (0.0, 6.0)}),
+        ("q2", q, OpClass.QUANTIZE, OUT, "clamp", {}),
+        ("dq2", dq, OpClass.DEQUANTIZE, OUT, "q2", {}),
+    ):
+        dg.add_value(Value(name, target, cls, Definition(DefKind.FACT, d if d is not None else FLOAT), **kw))
+        if src is not None:
+            dg.add_use(src, name, "args[0]")
+    assert ranges.value_ranges(dg)["dq1"] == pytest.approx((-5.1, 0.0))  # (rounding keeps 0 on the grid)
+    below = impact.output_error(dg, {"q1": 3.0}, backend={"q1": (-6.4, 0.0)})
+    assert below.output is None and below.within_rounding
+    either = impact.output_error(dg, {"q1": 3.0}, backend={"q1": (-6.4, 6.35)})  # (a backend that may go positive)
+    assert either.output == "dq2" and not either.within_rounding
