@@ -86,6 +86,13 @@ def _describe(dg: DomainGraph, r: Result) -> tuple[str, str]:
             "(ExecuTorch Arm FoldAndAnnotateQParamsPass ≤ 1.5.1) miscompiles it."
         )
         return ob.finding_kind, f"{text} {ob.detail}" if ob.detail else text
+    if ob.kind is ObligationKind.SAME_AS_FIRST and ob.finding_kind == "merged-duplicate-users":
+        return ob.finding_kind, (
+            f"before calibration, {ob.node} computes what {ob.other} computes (same op, same input), and their "
+            f"outputs are not forced into one domain: z3 finds calibration outcomes where they differ, e.g. "
+            f"{prod} vs {exp}. The backend merges them after folding the Q/DQ nodes (Arm FuseDuplicateUsersPass): "
+            f"{ob.node}'s consumers would read {ob.other}'s codes."
+        )
     if ob.kind is ObligationKind.SAME_AS_FIRST and dg.form == "annotated":
         return ob.finding_kind, (
             f"before calibration, the input edge {ob.value} of {ob.node} (a pass-through op) and its output "

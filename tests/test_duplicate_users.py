@@ -92,3 +92,21 @@ def test_repair_gives_the_duplicates_one_domain(merged) -> None:
     outs = next(n for n in converted.graph.nodes if n.op == "output").args[0]
     for w, g, dq in zip(want, got, outs, strict=True):
         assert float((g.reshape(w.shape) - w).abs().max()) / float(dq.args[1]) <= 1.0 + 1e-3
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_the_annotated_graph_says_so_before_calibration(shared, merged, same_domain) -> None:
+    """Before calibration: a silu whose observer a cat shares can calibrate to another domain than its
+    twin's own (an error: the merge above, 190 LSB); two with an observer each of one tensor calibrate alike."""
+    torch.manual_seed(0)
+    x = (torch.rand(1, 4, 8) * 2 - 1.5,)
+    annotated = arm.default_quantizer().annotate(arm.export_module(TwoSilus(shared).eval(), x))
+    report = qflow.analyze(annotated, target="arm-tosa")
+    found = [f for f in report.findings if f.kind == "merged-duplicate-users"]
+    assert report.form == "annotated"
+    if shared:
+        assert [(f.node, f.severity) for f in found] == [("silu_1", "error")], str(report)
+        assert "FuseDuplicateUsersPass" in found[0].message
+    else:
+        assert not found and report.status != "violated", str(report)
+        assert same_domain[-1] <= 1.0  # (and the backend computes it right)

@@ -10,6 +10,7 @@ names one where it fails.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ import torch.fx as fx
 
 from qflow.domain import Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Symbolic, Value
+from qflow.integrations import duplicate_users
 from qflow.ir.fx_nodes import dtype_name, removed_by_to_edge, target_name
 from qflow.ops import OpClass, base_name, classify
 from qflow.solvers.prove import _UnionFind
@@ -101,10 +103,38 @@ class AnnotatedAdapter:
                 ik, ok = self.in_key(n, p), self.out_key(p)
                 if a.allow_implicit_sharing and ik in self.spec and ok in self.spec and self.spec[ik] == self.spec[ok]:
                     self.uf.union("|".join(ik), "|".join(ok))
+        twins = self._twins(list(anns))
         self._values()
         for n, a in anns.items():
             self._obligations(n, a)
+        merging = tuple(t.name for t in self._members if t.merges_duplicate_users)
+        for kept, merged in twins if merging else ():
+            self.dg.oblige(
+                Obligation(ObligationKind.SAME_AS_FIRST, node=merged.name, value=merged.name, other=kept.name,
+                           finding_kind=duplicate_users.KIND, targets=merging)
+            )  # fmt: skip
         return self.dg
+
+    def _twins(self, nodes: list[fx.Node]) -> list[tuple[fx.Node, fx.Node]]:
+        """Duplicate users a backend may merge after folding (same op, same arguments), as (kept, merged)
+        pairs whose output domains calibration may make differ. Two with observers of one qspec each
+        that observe nothing but their own output calibrate alike (equal tensors, one observer kind):
+        they are one group."""
+        groups: dict[Hashable, list[fx.Node]] = {}
+        for n in nodes:
+            if n.op == "call_function" and "|".join(self.out_key(n)) in self.uf.parent and n.all_input_nodes:
+                if (key := duplicate_users.key(n)) is not None:
+                    groups.setdefault(key, []).append(n)
+        pairs = []
+        for kept, *others in (g for g in groups.values() if len(g) > 1):
+            for m in others:
+                a, b = "|".join(self.out_key(kept)), "|".join(self.out_key(m))
+                alone = all(self._observes_only(x, n.name) for x, n in ((a, kept), (b, m)))
+                if alone and self.spec.get(self.out_key(kept)) == self.spec.get(self.out_key(m)):
+                    self.uf.union(a, b)
+                elif self.uf.find(a) != self.uf.find(b):
+                    pairs.append((kept, m))
+        return pairs
 
     def _definition(self, key: tuple[str, ...]) -> Definition:
         group = self.uf.find("|".join(key))
@@ -198,6 +228,13 @@ class AnnotatedAdapter:
             f"{t.name}: {w}" for t in self._members if t.name in unmeasured and (w := t.measured_off_by(op, dtype))
         )
         self.dg.oblige_measured_lowering(n.name, target_name(n), how, unmeasured, measured or None)
+
+    def _observes_only(self, key: str, name: str) -> bool:
+        """Does every qspec in `key`'s observer group observe the tensor `name` (its output, or an
+        input edge that reads it)?"""
+        group = self.uf.find(key)
+        members = [k.split("|") for k in self.uf.parent if self.uf.find(k) == group]
+        return all((k[1] if k[0] == "out" else k[2]) == name for k in members)
 
     def _keys(self) -> set[tuple[str, ...]]:
         return {tuple(k.split("|")) for k in self.uf.parent}

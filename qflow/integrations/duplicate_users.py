@@ -40,7 +40,9 @@ def _source(a: fx.Node) -> fx.Node:
     return a
 
 
-def _key(node: fx.Node) -> Hashable | None:
+def key(node: fx.Node) -> Hashable | None:
+    """What a merge compares: the op and its arguments, each dequantize standing for its quantize's input."""
+
     def leaf(a: Any) -> Hashable:
         if isinstance(a, fx.Node):
             return ("node", _source(a).name)
@@ -78,8 +80,8 @@ def oblige_distinct_duplicates(gm: fx.GraphModule, dg: DomainGraph, consts: Cons
     for node in gm.graph.nodes:
         if node.op != "call_function" or classify(target_name(node)) in (OpClass.QUANTIZE, OpClass.DEQUANTIZE):
             continue
-        if node.all_input_nodes and (key := _key(node)) is not None and node.name in dg.g:
-            groups.setdefault(key, []).append(node)
+        if node.all_input_nodes and (k := key(node)) is not None and node.name in dg.g:
+            groups.setdefault(k, []).append(node)
     for nodes in groups.values():
         outs = {n: _output(n, consts) for n in nodes}
         domains = {d for d, _ in outs.values() if d is not None}
