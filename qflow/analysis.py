@@ -88,10 +88,9 @@ def _describe(dg: DomainGraph, r: Result) -> tuple[str, str]:
         return ob.finding_kind, f"{text} {ob.detail}" if ob.detail else text
     if ob.kind is ObligationKind.SAME_AS_FIRST and ob.finding_kind == "merged-duplicate-users":
         return ob.finding_kind, (
-            f"before calibration, {ob.node} computes what {ob.other} computes (same op, same input), and their "
-            f"outputs are not forced into one domain: z3 finds calibration outcomes where they differ, e.g. "
-            f"{prod} vs {exp}. The backend merges them after folding the Q/DQ nodes (Arm FuseDuplicateUsersPass): "
-            f"{ob.node}'s consumers would read {ob.other}'s codes."
+            f"{ob.node} computes what {ob.other} computes (same op, same input), in the fixed domain {prod} "
+            f"where {ob.other} has {exp}. The backend merges them after folding the Q/DQ nodes (Arm "
+            f"FuseDuplicateUsersPass): {ob.node}'s consumers would read {ob.other}'s codes."
         )
     if ob.kind is ObligationKind.SAME_AS_FIRST and dg.form == "annotated":
         return ob.finding_kind, (

@@ -97,16 +97,16 @@ def test_repair_gives_the_duplicates_one_domain(merged) -> None:
 @pytest.mark.parametrize("shared", [True, False])
 def test_the_annotated_graph_says_so_before_calibration(shared, merged, same_domain) -> None:
     """Before calibration: a silu whose observer a cat shares can calibrate to another domain than its
-    twin's own (an error: the merge above, 190 LSB); two with an observer each of one tensor calibrate alike."""
+    twin's own (unproven: the merge above, 190 LSB); two with an observer each of one tensor calibrate alike."""
     torch.manual_seed(0)
     x = (torch.rand(1, 4, 8) * 2 - 1.5,)
     annotated = arm.default_quantizer().annotate(arm.export_module(TwoSilus(shared).eval(), x))
     report = qflow.analyze(annotated, target="arm-tosa")
     found = [f for f in report.findings if f.kind == "merged-duplicate-users"]
     assert report.form == "annotated"
-    if shared:
-        assert [(f.node, f.severity) for f in found] == [("silu_1", "error")], str(report)
-        assert "FuseDuplicateUsersPass" in found[0].message
+    if shared:  # (a domain calibration decides: unproven before it, never proved)
+        assert [(f.node, f.severity) for f in found] == [("silu_1", "warning")], str(report)
+        assert report.status == "unproven" and "FuseDuplicateUsersPass" in found[0].message
     else:
         assert not found and report.status != "violated", str(report)
         assert same_domain[-1] <= 1.0  # (and the backend computes it right)

@@ -109,10 +109,20 @@ class AnnotatedAdapter:
             self._obligations(n, a)
         merging = tuple(t.name for t in self._members if t.merges_duplicate_users)
         for kept, merged in twins if merging else ():
-            self.dg.oblige(
-                Obligation(ObligationKind.SAME_AS_FIRST, node=merged.name, value=merged.name, other=kept.name,
-                           finding_kind=duplicate_users.KIND, targets=merging)
-            )  # fmt: skip
+            fixed = all(self.dg.value(n.name).definition.kind is DefKind.FACT for n in (kept, merged))
+            if fixed:  # (two fixed domains: equal or not, known now)
+                self.dg.oblige(
+                    Obligation(ObligationKind.SAME_AS_FIRST, node=merged.name, value=merged.name, other=kept.name,
+                               finding_kind=duplicate_users.KIND, targets=merging)
+                )  # fmt: skip
+                continue
+            why = (
+                f"{merged.name} computes what {kept.name} computes (same op, same input), and the backend merges "
+                "them after folding the Q/DQ nodes (Arm FuseDuplicateUsersPass); their output observers are not "
+                "forced into one domain, so whether the merge reads codes in the wrong one is known only after "
+                "calibration (analyze the converted program)"
+            )
+            self.dg.oblige_unbounded(merged.name, "its merge", duplicate_users.KIND, why, merging)
         return self.dg
 
     def _twins(self, nodes: list[fx.Node]) -> list[tuple[fx.Node, fx.Node]]:
