@@ -208,6 +208,14 @@ class DomainGraph:
     def __len__(self) -> int:
         return self.g.number_of_nodes()
 
+    def in_order(self) -> list[str]:
+        """Every value, each after the values it reads: the order adapters add them in, unless a
+        subgraph (a cond's branch) was read after its users."""
+        order = {n: i for i, n in enumerate(self.g)}
+        if all(order[v] > order[u] for u, succ in self.g._succ.items() for v in succ):
+            return list(self.g)
+        return list(nx.topological_sort(self.g))
+
     def oblige_one_input_domain(self, node: str, sources: tuple[str, ...] | list[str]) -> None:
         """A code copy of several inputs (cat, stack): each must be in the first one's domain."""
         for s in sources[1:]:

@@ -169,7 +169,7 @@ def output_error(
     g = dg.g
     worst = Impact(None, 0.0)
     outputs = frozenset(dg.outputs)
-    for name in g:  # (adapters add values in program order)
+    for name in dg.in_order():
         incoming = [(p, lab, err[p]) for p, data in g._pred[name].items() if p in err for lab in data["args"]]
         if name in landed:
             if name not in replaced and any(e > 0 for _, _, e in incoming):

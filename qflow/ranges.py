@@ -150,12 +150,12 @@ def clamped(x: Interval, bounds: Interval) -> Interval:
 
 
 def value_ranges(dg: DomainGraph, given: Mapping[str, Interval] | None = None) -> dict[str, Interval]:
-    """Every value's interval (adapters add values in program order: one pass). `given`: values whose
+    """Every value's interval, in one pass in program order. `given`: values whose
     interval is known otherwise (the codes a backend really writes there); what follows them is
     computed from them."""
     out: dict[str, Interval] = {}
     g = dg.g
-    for name in g:
+    for name in dg.in_order():
         if given is not None and name in given:
             out[name] = given[name]
             continue

@@ -30,13 +30,14 @@ from typing import Any
 
 import z3
 
-from qflow import bounds, impact, ranges
+from qflow import bounds, impact, ranges, targets
 from qflow.bounds import Bound
 from qflow.domain import Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind
 from qflow.solvers import landing, smtlib
 from qflow.solvers.encode import Encoder, Terms
 from qflow.solvers.smtlib import TextTerms
+from qflow.targets import Outcome
 
 _MISSING = object()  # not in a cache (None is a cached answer)
 
@@ -585,6 +586,8 @@ def _masked(dg: DomainGraph, results: list[Result]) -> list[Result]:
     violated = [r for r in results if r.status is Status.VIOLATED]
     if not violated or not dg.outputs:  # (an adapter that does not say what the program returns)
         return results
+    if not all(_silent(dg, r.obligation) for r in violated):  # (a load a target refuses is no number)
+        return results
     reads = [landing.Read(r.obligation, _domain(r.produced), _domain(r.expected), _copied(r)) for r in violated]
     rng = ranges.value_ranges(dg)
     landed = landing.land(dg, reads, rng)
@@ -594,6 +597,14 @@ def _masked(dg: DomainGraph, results: list[Result]) -> list[Result]:
     if not worst.within_rounding:
         return results
     return [replace(r, status=Status.PROVED, masked=worst) if r.status is Status.VIOLATED else r for r in results]
+
+
+def _silent(dg: DomainGraph, ob: Obligation) -> bool:
+    """Does the obligation break by computing wrong numbers on the one target the graph was read for
+    (not by refusing the program, which no masking downstream undoes)? A combined target (generic)
+    keeps its errors, as it keeps those a constant masks (`integrations.masked`)."""
+    t = targets.get(dg.target)
+    return not t.members and all(targets.get(n).outcome is Outcome.MISCOMPILE for n in ob.targets or (t.name,))
 
 
 def _domain(s: Side | None) -> Domain | None:
