@@ -65,11 +65,8 @@ class Impact:
 
 def _grid(d: Domain | None) -> tuple[float, float] | None:
     """(scale, width of the real range) of a fixed per-tensor integer domain."""
-    if d is None or d.is_float or d.per_channel or d.opaque is not None or not isinstance(d.scale, float):
-        return None
-    if not math.isfinite(d.scale) or d.scale <= 0:
-        return None
-    return d.scale, d.scale * (d.qmax - d.qmin)
+    r = domain_range(d)
+    return (d.scale, r[1] - r[0]) if r is not None and d.scale > 0 else None  # type: ignore[union-attr, operator]
 
 
 def width(d: Domain) -> float:

@@ -16,10 +16,10 @@ from torch import fx
 
 from qflow.domain import Domain
 from qflow.graph import DomainGraph, Obligation, ObligationKind
+from qflow.ir import activations
 from qflow.ir.fx_nodes import Consts, qdq_domain, target_name
 from qflow.ops import OpClass, base_name, classify
 
-_WEIGHTED = frozenset({"linear", "conv1d", "conv2d", "conv3d", "convolution"})
 _REL = 1e-5  # (the scales are float32 products)
 
 
@@ -40,7 +40,8 @@ def oblige_bias_domains(gm: fx.GraphModule, dg: DomainGraph, consts: Consts, tar
     """An error at each linear / convolution whose int32 bias is not in its accumulator's domain (on
     `targets`, the backends that add the bias's codes as they are)."""
     for node in gm.graph.nodes:
-        if node.op != "call_function" or base_name(target_name(node)) not in _WEIGHTED or len(node.args) < 3:
+        weighted = node.op == "call_function" and base_name(target_name(node)) in activations.PRODUCERS
+        if not weighted or len(node.args) < 3:
             continue
         x, w, b = (_dequantized(a, consts) for a in node.args[:3])
         if x is None or w is None or b is None or b.dtype != "int32" or node.name not in dg.g:

@@ -21,7 +21,7 @@ from qflow.ir import activations
 from qflow.ir.fx_nodes import Consts, qdq_domain, static_shape, target_name, val_of
 from qflow.ops import OpClass, base_name, classify
 
-_WEIGHTED = frozenset({"linear", "conv1d", "conv2d", "conv3d", "convolution"})
+_WEIGHTED = activations.PRODUCERS
 _PRODUCTS = frozenset({"mul", "mul_"})
 _MATMULS = frozenset({"bmm", "matmul", "mm"})
 _SUMS = frozenset({"add", "add_", "sub", "sub_", "rsub"})
