@@ -292,6 +292,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         dt = getattr(val, "dtype", None)
         # (a folded partition's weights are codes: their gains would need their domains)
         weighed = op_class is OpClass.COMPUTE and self.form != "folded"
+        weights = gains.channels(node, self.consts) if weighed else None
         self.dg.add_value(
             Value(
                 name=node.name,
@@ -303,8 +304,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
                 numel=numel_of(val),
                 stack_trace=meta.get("stack_trace"),
                 module_path=module_path(node),
-                gain=gains.gain(node, self.consts) if weighed else None,
-                channels=gains.channels(node, self.consts) if weighed else None,
+                gain=gains.gain(node, self.consts, weights) if weighed else None,
+                channels=weights,
                 clamp=gains.clamp(node) if op_class is OpClass.ACTIVATION else None,
             )
         )

@@ -27,15 +27,14 @@ _MATMULS = frozenset({"bmm", "matmul", "mm"})
 _SUMS = frozenset({"add", "add_", "sub", "sub_", "rsub"})
 
 
-def gain(node: fx.Node, consts: Consts) -> float | None:
-    """`node`'s gain from its activation inputs to its output, or None when qflow cannot bound it."""
+def gain(node: fx.Node, consts: Consts, weights: tuple[tuple[float, float, float], ...] | None = None) -> float | None:
+    """`node`'s gain from its activation inputs to its output, or None when qflow cannot bound it.
+    A linear layer's / convolution's is its largest row sum of absolute weights, from its
+    `channels` (`weights`, read once by the caller)."""
     name = base_name(target_name(node))
     args = node.args
-    if name in _WEIGHTED and len(args) >= 2:
-        if name == "convolution" and len(args) > 6 and args[6]:
-            return None  # (a transposed convolution sums over other axes)
-        w = _constant(args[1], consts)
-        return float(w.abs().flatten(1).sum(1).max()) if w is not None and w.dim() >= 2 else None
+    if name in _WEIGHTED:
+        return max(p - n for _, p, n in weights) if weights else None
     if name in _SUMS:
         alpha = node.kwargs.get("alpha", 1)
         return max(1.0, abs(float(alpha))) if isinstance(alpha, (int, float)) else None

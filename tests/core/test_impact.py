@@ -75,8 +75,7 @@ def test_lipschitz_constants_bound_the_real_functions() -> None:
         xs = [rng.uniform(-5, 5) for _ in range(6)]
         ys = [x + rng.uniform(-0.1, 0.1) for x in xs]
         e = max(abs(x - y) for x, y in zip(xs, ys, strict=True))
-        sx, sy = (lambda v: [math.exp(t) / sum(math.exp(u) for u in v) for t in v])(xs), None
-        sy = [math.exp(t) / sum(math.exp(u) for u in ys) for t in ys]
+        sx, sy = ([math.exp(t) / sum(math.exp(u) for u in v) for t in v] for v in (xs, ys))
         assert max(abs(a - b) for a, b in zip(sx, sy, strict=True)) <= impact.LIPSCHITZ["softmax"] * e + 1e-12
 
 
