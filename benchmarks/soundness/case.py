@@ -39,7 +39,11 @@ TX_VARIANTS = ("tx-arm-pc", "tx-arm-a16w8", "tx-arm-custom", "tx-xnn")
 #: Cortex-M (issue #29): the stock CortexMQuantizer, and seed 000's overrides on it (int8 only);
 #: run with `--variants cm,cm-custom` (the default round robin is the six above).
 CM_VARIANTS = ("cm", "cm-custom")
+#: torchao `quantize_` (issue #28, torchao_case.py): the LLM menu, lowered to XNNPACK; run with
+#: `--variants tao-8da4w,tao-8da8w,tao-int4wo,tao-int8wo,tao-int8dyn`.
+TAO_VARIANTS = ("tao-8da4w", "tao-8da8w", "tao-int4wo", "tao-int8wo", "tao-int8dyn")
 TARGET_OF = {"xnn": "xnnpack", "xnn-custom": "xnnpack", "cm": "cortex-m", "cm-custom": "cortex-m"}
+TARGET_OF |= dict.fromkeys(TAO_VARIANTS, "xnnpack")
 # (every other variant lowers to arm-tosa)
 SPEC_OF = {"arm-pc": "TOSA-1.0+INT", "arm-pt": "TOSA-1.0+INT", "arm-a16w8": "TOSA-1.0+INT+int16"}
 SPEC_OF["arm-custom"] = "TOSA-1.0+INT+int16"
@@ -176,7 +180,7 @@ def case_id(index: int, variant: str | None = None) -> str:
 
 def parse_id(cid: str) -> tuple[int, str]:
     index, variant = cid.split("-", 1)
-    known = VARIANTS + TX_VARIANTS + CM_VARIANTS
+    known = VARIANTS + TX_VARIANTS + CM_VARIANTS + TAO_VARIANTS
     if variant not in known:
         raise ValueError(f"unknown variant {variant!r} in case id {cid!r}; expected one of {known}")
     return int(index), variant

@@ -12,6 +12,7 @@ matching shape can meet in cat / add / mul.
 from __future__ import annotations
 
 import copy
+import math
 import random
 from typing import Any
 
@@ -47,7 +48,12 @@ KINDS = (
     + RESIZE
 )
 TX_KINDS = TRANSFORMER * 3 + ["linear"] * 4 + BINARY * 2 + ["relu", "permute", "cat", "slice_h", "mean", "tanh"]
-MENUS = {"cnn": KINDS, "transformer": TX_KINDS}
+# The LLM menu (issue #28, torchao `quantize_`): linears whose input features tile groups of 32, token
+# embeddings, RoPE-shaped halves, attention matmuls and the float ops between them.
+LLM_KINDS = ["linear_g"] * 6 + TRANSFORMER + ["rope"] * 2 + BINARY * 2 + ["relu", "cat", "slice_h", "permute"]
+MENUS = {"cnn": KINDS, "transformer": TX_KINDS, "llm": LLM_KINDS}
+#: Input features a group of `linear_g` tiles (torchao PerGroup(32)).
+GROUP = 32
 MAX_ELEMS = 4096
 
 
@@ -68,7 +74,7 @@ class SpecModel(nn.Module):
         self.mods = nn.ModuleDict()
         self._built = False
         with torch.no_grad():
-            self.forward(*[torch.zeros(i["shape"]) for i in spec["inputs"]])
+            self.forward(*[_zeros(i) for i in spec["inputs"]])
         self._built = True
 
     def _param(self, i: int, op: dict[str, Any], make: Any) -> nn.Module:
@@ -104,6 +110,13 @@ class SpecModel(nn.Module):
             return self._param(i, op, lambda: nn.Conv2d(c, c, 3, padding=1, groups=c))(x)
         if k == "linear":
             return self._param(i, op, lambda: nn.Linear(x.shape[-1], p["out"]))(x)
+        if k == "linear_g":
+            return self._param(i, op, lambda: nn.Linear(x.shape[-1], p["out"], bias=p["bias"]))(x)
+        if k == "embedding":  # token ids (1, T) → (1, 1, T, dim)
+            return self._param(i, op, lambda: nn.Embedding(p["vocab"], p["dim"]))(x).unsqueeze(1)
+        if k == "rope":  # x·cos + rotate_half(x)·sin with constant angles: slices, neg, cat, mul
+            a, b = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+            return x * p["cos"] + torch.cat([-b, a], -1) * p["sin"]
         if k == "relu":
             return F.relu(x)
         if k == "relu6_mod":
@@ -202,12 +215,16 @@ def _affine(norm: nn.Module) -> nn.Module:
 def shapes_of(spec: Spec) -> list[Shape]:
     """Every value's shape (raises when the spec is invalid)."""
     m = SpecModel(spec)
-    vals: list[Shape] = [tuple(i["shape"]) for i in spec["inputs"]]
     with torch.no_grad():
-        xs: list[torch.Tensor] = [torch.zeros(s) for s in vals]
+        xs: list[torch.Tensor] = [_zeros(i) for i in spec["inputs"]]
         for i, op in enumerate(m.spec["ops"]):
             xs.append(m._apply(i, op, [xs[a] for a in op["args"]]))
     return [tuple(t.shape) for t in xs]
+
+
+def _zeros(inp: dict[str, Any]) -> torch.Tensor:
+    """An input of zeros: token ids are int64."""
+    return torch.zeros(inp["shape"], dtype=torch.long if inp["dist"][0] == "tokens" else torch.float32)
 
 
 def _dist(rng: random.Random) -> list[Any]:
@@ -232,11 +249,12 @@ def sample_inputs(spec: Spec, n: int, seed: int) -> list[tuple[torch.Tensor, ...
         xs = []
         for inp in spec["inputs"]:
             kind, a, b = inp["dist"]
-            t = (
-                torch.rand(inp["shape"], generator=g) * (b - a) + a
-                if kind == "uniform"
-                else (torch.randn(inp["shape"], generator=g) * b + a)
-            )
+            if kind == "tokens":  # ids in [a, b)
+                t = torch.randint(a, b, inp["shape"], generator=g)
+            elif kind == "uniform":
+                t = torch.rand(inp["shape"], generator=g) * (b - a) + a
+            else:
+                t = torch.randn(inp["shape"], generator=g) * b + a
             xs.append(t)
         out.append(tuple(xs))
     return out
@@ -257,6 +275,15 @@ def _propose(rng: random.Random, kind: str, x: int, shapes: list[Shape]) -> dict
         p["cout"] = rng.choice([2, 3, 4, 8])
     elif kind == "linear":
         p["out"] = rng.choice([2, 4, 6, 8])
+    elif kind == "linear_g":
+        if w % GROUP:
+            return None
+        p["out"], p["bias"] = rng.choice([32, 64]), rng.random() < 0.5
+    elif kind == "rope":
+        if w % 2:
+            return None
+        angle = rng.uniform(0.0, 3.14)
+        p["cos"], p["sin"] = round(math.cos(angle), 4), round(math.sin(angle), 4)
     elif kind == "hardtanh":
         p["lo"], p["hi"] = rng.choice([(0.0, 6.0), (0.0, 1.0), (-1.0, 1.0), (-0.5, 2.0), (0.0, 0.5), (0.2, 3.0)])
     elif kind == "clamp":
@@ -294,9 +321,9 @@ def _propose(rng: random.Random, kind: str, x: int, shapes: list[Shape]) -> dict
         p["approximate"] = rng.choice(["none", "tanh"])
     elif kind in ("matmul_qk", "matmul_av", "sdpa"):
         if kind == "matmul_av":
-            cands = [j for j, t in enumerate(shapes) if t[:2] == s[:2] and t[2] == w and j != x]
+            cands = [j for j, t in enumerate(shapes) if len(t) == 4 and t[:2] == s[:2] and t[2] == w and j != x]
         else:
-            cands = [j for j, t in enumerate(shapes) if t[:2] == s[:2] and t[3] == w]
+            cands = [j for j, t in enumerate(shapes) if len(t) == 4 and t[:2] == s[:2] and t[3] == w]
         if not cands:
             return None
         args.append(_pick(rng, cands))
@@ -350,10 +377,16 @@ def generate(seed: int, menu: str = "cnn") -> Spec:
     n_in = rng.choice([1, 1, 2])
     if menu == "transformer":  # (1, heads, tokens, features)
         c, h, w = rng.choice([1, 2, 4]), rng.choice([2, 4, 6, 8]), rng.choice([4, 8, 12, 16])
+    elif menu == "llm":  # (1, heads, tokens, features), features tiling groups
+        c, h, w = rng.choice([1, 1, 2]), rng.choice([2, 4, 8]), rng.choice([GROUP, 2 * GROUP])
     else:
         c = rng.choice([1, 2, 3, 4, 8])
         h, w = rng.choice([2, 4, 4, 6, 8]), rng.choice([2, 4, 4, 6, 8])
     inputs = [{"shape": [1, c, h, w], "dist": _dist(rng)}]
+    tokens = menu == "llm" and rng.random() < 0.4
+    if tokens:  # token ids into an embedding: the first op
+        vocab = rng.choice([64, 128, 256])
+        inputs = [{"shape": [1, h], "dist": ["tokens", 0, vocab]}]
     if n_in == 2:
         shape = [1, c, h, w] if rng.random() < 0.7 else [1, rng.choice([1, 2, 4]), h, w]
         inputs.append({"shape": shape, "dist": _dist(rng)})
@@ -361,12 +394,17 @@ def generate(seed: int, menu: str = "cnn") -> Spec:
     if menu != "cnn":
         spec["menu"] = menu
     shapes: list[Shape] = [tuple(i["shape"]) for i in inputs]
+    if tokens:
+        spec["ops"].append(
+            {"kind": "embedding", "args": [0], "p": {"vocab": vocab, "dim": w, "wseed": rng.randrange(1 << 30)}}
+        )
+        shapes.append((1, 1, h, w))
     n_ops = rng.randint(3, 12)
     tries = 0
     while len(spec["ops"]) < n_ops and tries < 200:
         tries += 1
         kind = rng.choice(kinds)
-        x = _pick(rng, list(range(len(shapes))))
+        x = _pick(rng, [j for j, t in enumerate(shapes) if len(t) == 4])  # (never the token ids)
         op = _propose(rng, kind, x, shapes)
         if op is None:
             continue
@@ -379,6 +417,12 @@ def generate(seed: int, menu: str = "cnn") -> Spec:
             continue
         spec["ops"].append(op)
         shapes.append(new)
+    if menu == "llm" and not any(op["kind"] == "linear_g" for op in spec["ops"]):  # something to quantize
+        x = next((j for j in reversed(range(len(shapes))) if len(shapes[j]) == 4 and shapes[j][3] % GROUP == 0), None)
+        op = None if x is None else _propose(rng, "linear_g", x, shapes)
+        if op is not None:
+            spec["ops"].append(op)
+            shapes.append((*shapes[x][:3], op["p"]["out"]))
     spec["outputs"] = sinks(spec)
     return spec
 

@@ -63,6 +63,7 @@ def _append(out: Path, rec: dict) -> None:
 def worker(ids: list[str], out: Path, time_limit: int) -> None:
     """Runs in the subprocess: each case under an alarm, one line each."""
     import case  # noqa: PLC0415 - heavy imports only in the worker
+    import torchao_case  # noqa: PLC0415
 
     class CaseTimeout(BaseException):  # not an Exception: no pipeline stage may swallow or wrap it
         pass
@@ -76,7 +77,7 @@ def worker(ids: list[str], out: Path, time_limit: int) -> None:
         case.CHECKPOINT = _checkpoint(out, cid)
         signal.alarm(time_limit)
         try:
-            rec = case.run_case(cid)
+            rec = (torchao_case if torchao_case.owns(cid) else case).run_case(cid)
         except CaseTimeout as e:
             rec = {"id": cid, "outcome": "timeout", "error": str(e)}
         except Exception as e:  # noqa: BLE001 - one case never stops the campaign
@@ -184,14 +185,15 @@ def main(argv: list[str] | None = None) -> int:
     if a.case or a.spec:
         sys.path[:0] = [str(HERE), str(ROOT)]
         import case
+        import torchao_case
 
         if a.spec:
             doc = json.loads(Path(a.spec).read_text())
             spec = doc.get("spec", doc)
             cid = doc.get("id") or case.case_id(int(spec.get("seed", 0)), a.variant)
-            rec = case.run_case(cid, spec=spec)
+            rec = (torchao_case if torchao_case.owns(cid) else case).run_case(cid, spec=spec)
         else:
-            rec = case.run_case(a.case)
+            rec = (torchao_case if torchao_case.owns(a.case) else case).run_case(a.case)
         if a.json:
             a.json.write_text(json.dumps(rec, indent=1) + "\n")
         print(json.dumps(rec, indent=1))
@@ -216,6 +218,7 @@ def reanalyze(src: Path, out: Path, ids: str | None) -> int:
     the backend's outcome stays). Appends to `out`; summary.py reads both files, the later record winning."""
     sys.path[:0] = [str(HERE), str(ROOT)]
     import case
+    import torchao_case
 
     want = None
     if ids:
@@ -228,7 +231,7 @@ def reanalyze(src: Path, out: Path, ids: str | None) -> int:
             and rec.get("id") not in done_ids(out)
             and "pre" in rec.get("qflow", {})
         ):
-            _append(out, case.reanalyze(rec))
+            _append(out, (torchao_case if torchao_case.owns(rec["id"]) else case).reanalyze(rec))
     return 0
 
 

@@ -214,6 +214,9 @@ def confusion(recs: list[dict[str, Any]], form: str) -> list[str]:
 
 
 def _err(r: dict[str, Any]) -> str:
+    if "cmp" in r:  # a torchao case (torchao_case.compare): against its band, not in LSB
+        c = r["cmp"]
+        return c.get("why") or f"{c['ratio']:.3g}× its band ({c['rel']:.2g} of the output's range)"
     e = r.get("err") or {}
     if "lsb" in e:
         return f"{e['lsb']:.1f} LSB ({e['steps']:.1f} coarse steps)"
@@ -313,7 +316,7 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
         "| of which within the FQ tie sensitivity | exact | false alarms |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for form in ("pre", "annotated", "folded", "lowered", "pte"):
+    for form in ("pre", "generic", "annotated", "folded", "lowered", "pte"):
         sub = [r for r in recs if form in r.get("qflow", {})]
         if not sub:
             continue
