@@ -127,7 +127,7 @@ def _masked(dg: DomainGraph, r: Result) -> str:
         f"reaches {r.masked.output} at {r.masked.lsb:.3g} output LSB at most before rounding, within the "
         "rounding of the output itself"
         if r.masked.output is not None
-        else "reaches no program output (every requant on its way saturates on both sides)"
+        else "reaches no program output (no output depends on it, or every requant on its way saturates on both sides)"
     )
     return (
         f"{what} Downstream it is masked: followed through every op to the program's outputs (clamps, "

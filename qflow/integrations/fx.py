@@ -30,7 +30,7 @@ from qflow.domain import DTYPE_RANGE, FLOAT, Domain
 from qflow.errors import InputError
 from qflow.gc_pause import paused_gc
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
-from qflow.integrations import bias_domain, duplicate_users, masked
+from qflow.integrations import bias_domain, duplicate_users, ignored_variants, masked
 from qflow.integrations.fx_control_flow import ControlFlowReading
 from qflow.integrations.fx_delegates import DelegateReading
 from qflow.integrations.fx_folded import FoldedReading
@@ -263,6 +263,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         adding = tuple(t.name for t in self._members if t.adds_bias_codes)
         if adding and self.form == "qdq":
             bias_domain.oblige_bias_domains(self.gm, self.dg, self.consts, adding)
+        if self.form == "qdq" and any(t.ignored_variants for t in self._members):
+            ignored_variants.oblige_honoured_variants(self.gm, self.dg, self.consts, self._members)
         if self._carry and not self.target.members and self.target.outcome is Outcome.MISCOMPILE:
             masked.let_go(self.gm, self.dg, self.target.fuses_consecutive_clamps)
         return self.dg

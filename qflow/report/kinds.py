@@ -218,6 +218,18 @@ KINDS: dict[str, Kind] = {
             "Int8DynamicActivationIntxWeightConfig, which was measured right).",
         ),
         Kind(
+            "ignored-op-variant",
+            "error",
+            "an op whose variant the backend ignores: it computes the default variant instead",
+            "The program asks for one variant of an op (an argument's value) and the backend computes "
+            "another, with no error (measured: ExecuTorch 1.5.1's XNNPACK delegate computes "
+            '`gelu(x, approximate="tanh")` as the exact GELU, up to 4.73e-4 off; fixed upstream by '
+            "pytorch/executorch PR #22851). qflow follows that gap to the outputs: a quantize whose step is "
+            "at least twice it rounds it away (info), as does an output it reaches below half an LSB "
+            "(masked, info); an output in float, or one it moves further, is an error.",
+            'Use the variant the backend computes (`approximate="none"`), or a runtime with the fix.',
+        ),
+        Kind(
             "merged-duplicate-users",
             "error",
             "two users of one tensor that compute the same thing in different output domains",

@@ -5,7 +5,8 @@ copy's bound (`bounds.dropped_requant`), in steps of the declared domain. A chai
 then a view, each with its own requant) hands the last one the first one's source codes, weighed as a
 whole (`bounds.copied_through`: a round trip through a finer grid is exact). Where qflow knows only
 that the codes are of the right dtype (a clamp on the way, a merged duplicate), they are anywhere in
-the declared domain's range. Any other violation has no bound: nothing is weighed.
+the declared domain's range. A violation no program output depends on lands nothing. Any other
+violation has no bound: nothing is weighed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+
+import networkx as nx
 
 from qflow import bounds, impact, ranges
 from qflow.bounds import Bound
@@ -75,6 +78,12 @@ def _read_as(d: Domain, codes: tuple[int, int]) -> Interval:
     """The real values codes in `codes` stand for, read in `d`."""
     zp = int(d.zero_point)  # type: ignore[arg-type]
     return d.scale * (codes[0] - zp), d.scale * (codes[1] - zp)  # type: ignore[operator]
+
+
+def _read_by_outputs(dg: DomainGraph, node: str) -> bool:
+    """Does any program output depend on `node`?"""
+    outputs = set(dg.outputs)
+    return node in outputs or not outputs.isdisjoint(nx.descendants(dg.g, node))
 
 
 def _chain(dg: DomainGraph, copies: dict[str, Read], spot: str) -> list[Domain]:
@@ -142,6 +151,10 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
     spot = ob.edge[1] if ob.edge and ob.kind is not ObligationKind.CLAIM else ob.node
     if spot not in dg.g:
         return None
+    if not _read_by_outputs(dg, spot):  # (whatever it computes, no output reads it: dead code)
+        return spot, 0.0, ranges.UNBOUNDED
+    if ob.real_error is not None:  # (a value off by a known real amount: the backend's, anywhere)
+        return ob.node, ob.real_error, ranges.UNBOUNDED
     if ob.finding_kind in ("requant-across-activation", "merged-duplicate-users"):
         # (the backend clamps the codes on the way / computes them in another domain of the same dtype:
         # anywhere in the declared dtype's range)

@@ -49,6 +49,17 @@ class Outcome(enum.Enum):
 
 
 @dataclass(frozen=True)
+class IgnoredVariant:
+    """An op argument whose value the backend does not honour: it computes the op's default variant,
+    at most `max_error` (real units, over every real input) from the one asked for. Measured."""
+
+    argument: str
+    value: object
+    max_error: float
+    measured: str
+
+
+@dataclass(frozen=True)
 class Target:
     """One backend's contract. `op_rules` maps op base names to the rule the
     backend applies; an op absent from it keeps its PT2E meaning (compute ops
@@ -110,6 +121,9 @@ class Target:
     #: tests/test_control_flow.py). A body that writes a variable back in another domain miscomputes
     #: from the second iteration on, though the program, which carries reals, is consistent.
     carries_loop_codes: bool = False
+    #: Ops whose variant (an argument's value) the backend ignores, by op base name: it computes the
+    #: default variant instead (measured; `integrations.ignored_variants`).
+    ignored_variants: Mapping[str, IgnoredVariant] = field(default_factory=dict)
     #: Module path of the backend's reader, imported only when a program of this
     #: target is read: what its delegates really read and write and its own
     #: checks of what it emitted. See `backend_module`.

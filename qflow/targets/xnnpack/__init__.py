@@ -5,7 +5,7 @@ Measured on executorch 1.5.1 with the ExecuTorch runtime by the contract probe.
 
 from __future__ import annotations
 
-from qflow.targets.contract import Fusion, OpRule, Outcome, Target
+from qflow.targets.contract import Fusion, IgnoredVariant, OpRule, Outcome, Target
 
 TARGET = Target(
     name="xnnpack",
@@ -73,6 +73,17 @@ TARGET = Target(
     # Measured on the runtime (tests/test_torchao_models.py, tests/contracts/test_xnnpack_affine_contract.py,
     # 2026-11-25): a torchao IntxWeightOnlyConfig linear is lowered with the raw int codes as float
     # weights (the group scales and zero points become delegate arguments the payload never reads).
+    # Measured on the runtime (tests/contracts/test_xnnpack_ignored_variants.py): the partitioner
+    # delegates a float gelu with approximate="tanh" and XNNPACK computes the exact (erf) GELU; the two
+    # differ by at most 4.7324e-4 over the reals (at |x| = 2.699; bound with float32 rounding).
+    ignored_variants={
+        "gelu": IgnoredVariant(
+            "approximate",
+            "tanh",
+            4.74e-4,
+            "computes the exact (erf) GELU instead (ExecuTorch 1.5.1; fixed upstream by pytorch/executorch PR #22851)",
+        )
+    },  # fmt: skip
     miscompiles={
         "weight-only-int8": {
             op: "a torchao weight-only linear on XNNPACK computed with the raw weight codes as float "

@@ -1,0 +1,102 @@
+"""Op variants XNNPACK ignores, measured on the ExecuTorch runtime (`Target.ignored_variants`).
+
+Measured (2026-11-27, torch 2.13.0, executorch 1.5.1): the stock `XnnpackPartitioner` delegates
+`gelu(x, approximate="tanh")` and the runtime computes the exact (erf) GELU — found by the torchao
+campaign (cases 00106 / 00116 / 00150, a tanh GELU on an output's path, 2.6-72x the band, proved
+until then); fixed upstream after 1.5.1 (pytorch/executorch PR #22851).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import to_edge_transform_and_lower
+
+import qflow
+from qflow import targets
+from qflow.targets.xnnpack import pipeline as xnnpack
+
+#: float32 rounding of one elementwise op (fixed, never read from what is measured)
+FLOAT_ROUNDING = 1e-6
+
+
+class Gelu(torch.nn.Module):
+    def __init__(self, approximate: str) -> None:
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(x, approximate=self.approximate)
+
+
+class LinearGeluLinear(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(F.gelu(self.a(x), approximate="tanh"))
+
+
+X = (torch.linspace(-6.0, 6.0, 2401).reshape(1, -1),)
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, torch.Tensor]:
+    """approximate → what the runtime computes for X (the gelu delegated to XNNPACK)."""
+    out = {}
+    for approximate in ("none", "tanh"):
+        edge = to_edge_transform_and_lower(
+            torch.export.export(Gelu(approximate), X), partitioner=[XnnpackPartitioner()]
+        )
+        assert xnnpack.delegation(edge) == xnnpack.Delegation(1, ()), "the gelu was not delegated"
+        out[approximate] = xnnpack.run(xnnpack.to_executorch(edge), X)[0]
+    return out
+
+
+def test_the_runtime_computes_the_exact_gelu_for_both_variants(runs) -> None:
+    exact = F.gelu(X[0])
+    assert float((runs["none"] - exact).abs().max()) <= FLOAT_ROUNDING
+    assert float((runs["tanh"] - exact).abs().max()) <= FLOAT_ROUNDING
+    gap = float((runs["tanh"] - F.gelu(X[0], approximate="tanh")).abs().max())
+    assert gap > 4.5e-4, gap  # (the largest gap of the two functions, at |x| = 2.699)
+
+
+def test_the_target_bounds_the_gap_over_every_real() -> None:
+    bound = targets.get("xnnpack").ignored_variants["gelu"].max_error
+    x = torch.linspace(-10.0, 10.0, 400_001, dtype=torch.float64)  # (the gap vanishes beyond)
+    gap = (F.gelu(x, approximate="tanh") - F.gelu(x)).abs().max()
+    assert float(gap) < bound < float(gap) * 1.01
+
+
+@pytest.mark.parametrize("target", ["xnnpack", None])
+def test_a_tanh_gelu_reaching_a_float_output_is_an_error_on_xnnpack(target) -> None:
+    report = qflow.analyze(torch.export.export(Gelu("tanh"), X), target=target)
+    found = [(f.kind, f.node, f.severity) for f in report.findings]
+    assert ("ignored-op-variant", "gelu", "error") in found, str(report)
+    exact = qflow.analyze(torch.export.export(Gelu("none"), X), target=target)
+    assert not exact.findings and not exact.obligations["violated"], str(exact)  # (and nothing quantized)
+
+
+def test_other_targets_are_not_told_about_it() -> None:
+    report = qflow.analyze(torch.export.export(Gelu("tanh"), X), target="arm-tosa")
+    assert not [f for f in report.findings if f.kind == "ignored-op-variant"], str(report)
+
+
+def test_a_quantize_right_after_it_rounds_the_gap_away() -> None:
+    """Stock XNNPACKQuantizer: linear → gelu(tanh) → linear; the gelu runs in float between the
+    first linear's dequantize and the second's input quantize (step ~0.01 here): proved, with an
+    info finding, and the runtime within one output LSB of the fake-quantized model."""
+    torch.manual_seed(0)
+    x = (torch.randn(4, 16),)
+    converted = xnnpack.quantize(LinearGeluLinear().eval(), x)
+    ep = torch.export.export(converted, x)
+    report = qflow.analyze(ep, target="xnnpack")
+    assert report.proved, str(report)
+    info = [f for f in report.findings if f.kind == "ignored-op-variant"]
+    assert [f.severity for f in info] == ["info"], str(report)
+    got = xnnpack.run(xnnpack.to_executorch(xnnpack.lower(ep, x)), x)[0]
+    out_scale = next(n.args[1] for n in reversed(list(converted.graph.nodes)) if "dequantize" in str(n.target))
+    assert float((got - converted(*x)).abs().max()) <= out_scale * (1 + 1e-6)
