@@ -131,8 +131,6 @@ class Obligation:
     targets: tuple[str, ...] = ()
     #: STRUCTURAL: how far the failure moves the output, when known.
     bound: Bound | None = None
-    #: STRUCTURAL: the most the value itself is off, in real units, when known (what `impact` carries).
-    real_error: float | None = None
 
 
 @dataclass

@@ -197,9 +197,9 @@ def output_error(
                 pre[name], grid[name], err[name] = e, None, e
             else:  # a copy or clamp of rounded values: codes at most as far apart as its input's
                 pre[name], grid[name], err[name] = max(pre[p] for p in reached), grid[first], e
-        if not g._succ[name] or name in outputs:  # an output
+        if name in outputs or (not outputs and not g._succ[name]):  # an output (a sink, when none are known)
             gr = grid[name]
-            lsb = pre[name] / gr[0] if gr is not None else math.inf
+            lsb = pre[name] / gr[0] if gr is not None else (math.inf if pre[name] else 0.0)
             if lsb > worst.lsb or worst.output is None:
                 worst = Impact(name, lsb)
     return worst

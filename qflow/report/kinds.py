@@ -219,14 +219,17 @@ KINDS: dict[str, Kind] = {
         ),
         Kind(
             "ignored-op-variant",
-            "error",
+            "warning",
             "an op whose variant the backend ignores: it computes the default variant instead",
             "The program asks for one variant of an op (an argument's value) and the backend computes "
             "another, with no error (measured: ExecuTorch 1.5.1's XNNPACK delegate computes "
             '`gelu(x, approximate="tanh")` as the exact GELU, up to 4.73e-4 off; fixed upstream by '
-            "pytorch/executorch PR #22851). qflow follows that gap to the outputs: a quantize whose step is "
-            "at least twice it rounds it away (info), as does an output it reaches below half an LSB "
-            "(masked, info); an output in float, or one it moves further, is an error.",
+            "pytorch/executorch PR #22851). qflow follows that gap to the outputs: where no output depends "
+            "on the op, or a quantize whose step is at least twice the gap rounds it away, it holds (info); "
+            "anywhere else the program is unproven, never proved: an output it reaches unrounded is another "
+            "function than the program's, by at most the gap times the gain on the way (wrong or not by "
+            "your float tolerance), and through a quantization's rounding (a run-time or fine grid) whether "
+            "an output moves beyond that rounding depends on the data.",
             'Use the variant the backend computes (`approximate="none"`), or a runtime with the fix.',
         ),
         Kind(

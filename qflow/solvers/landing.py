@@ -153,8 +153,6 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
         return None
     if not _read_by_outputs(dg, spot):  # (whatever it computes, no output reads it: dead code)
         return spot, 0.0, ranges.UNBOUNDED
-    if ob.real_error is not None:  # (a value off by a known real amount: the backend's, anywhere)
-        return ob.node, ob.real_error, ranges.UNBOUNDED
     if ob.finding_kind in ("requant-across-activation", "merged-duplicate-users"):
         # (the backend clamps the codes on the way / computes them in another domain of the same dtype:
         # anywhere in the declared dtype's range)

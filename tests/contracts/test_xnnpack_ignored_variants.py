@@ -72,10 +72,12 @@ def test_the_target_bounds_the_gap_over_every_real() -> None:
 
 
 @pytest.mark.parametrize("target", ["xnnpack", None])
-def test_a_tanh_gelu_reaching_a_float_output_is_an_error_on_xnnpack(target) -> None:
+def test_a_tanh_gelu_reaching_a_float_output_is_never_proved_on_xnnpack(target) -> None:
+    """Another function than the program's at that output; wrong or not by the user's float tolerance."""
     report = qflow.analyze(torch.export.export(Gelu("tanh"), X), target=target)
     found = [(f.kind, f.node, f.severity) for f in report.findings]
-    assert ("ignored-op-variant", "gelu", "error") in found, str(report)
+    assert found == [("ignored-op-variant", "gelu", "warning")], str(report)
+    assert "reaches output gelu unrounded" in report.findings[0].message
     exact = qflow.analyze(torch.export.export(Gelu("none"), X), target=target)
     assert not exact.findings and not exact.obligations["violated"], str(exact)  # (and nothing quantized)
 
@@ -100,3 +102,18 @@ def test_a_quantize_right_after_it_rounds_the_gap_away() -> None:
     got = xnnpack.run(xnnpack.to_executorch(xnnpack.lower(ep, x)), x)[0]
     out_scale = next(n.args[1] for n in reversed(list(converted.graph.nodes)) if "dequantize" in str(n.target))
     assert float((got - converted(*x)).abs().max()) <= out_scale * (1 + 1e-6)
+
+
+def test_through_a_dynamic_quantization_it_is_unproven() -> None:
+    """torchao 8da8w: the gap enters the second linear's per-token quantization, whose step only the
+    data decides (the torchao campaign: 0.1-2.6x its band): unproven, never proved, never an error."""
+    from torchao.quantization import quantize_
+    from torchao.quantization.granularity import PerAxis
+    from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
+
+    model = LinearGeluLinear().eval()
+    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0)))
+    report = qflow.analyze(torch.export.export(model, (torch.randn(4, 16),)), target="xnnpack")
+    found = [(f.kind, f.severity) for f in report.findings if f.severity != "info"]
+    assert found == [("ignored-op-variant", "warning")], str(report)
+    assert any("meets a quantization's rounding" in f.message for f in report.findings), str(report)
