@@ -368,6 +368,12 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
             ]
             for r in miss:
                 j, t = judge(r), tie(r)
+                if "cmp" in r:  # a torchao case: no output LSB, its error against its band
+                    lines.append(
+                        f"| `{r['id']}` | {verdict(r, form)} | {_err(r)} | — | — | — | {r.get('outcome')} | "
+                        f"{findings(r, form)} | {' '.join(r.get('ops', []))} |"
+                    )
+                    continue
                 lines.append(
                     f"| `{r['id']}` | {verdict(r, form)} | {j.get('lsb', float('nan')):.1f} | {j.get('band', 0):g} | "
                     f"{j.get('upstream', 0):.1f}{' (capped)' if j.get('capped') else ''} | "

@@ -602,13 +602,12 @@ def _masked(dg: DomainGraph, results: list[Result]) -> list[Result]:
 def _silent(dg: DomainGraph, ob: Obligation) -> bool:
     """Does the obligation break by computing wrong numbers on the one target the graph was read for
     (not by refusing the program, which no masking downstream undoes)? A combined target (generic)
-    keeps its errors, as it keeps those a constant masks (`integrations.masked`)."""
+    keeps its errors, as it keeps those a constant masks (`integrations.masked`), but for a lowering
+    measured to compute wrong on the member it names."""
+    if ob.finding_kind == _MEASURED_MISCOMPILE:
+        return True
     t = targets.get(dg.target)
-    if t.members:
-        return False
-    return ob.finding_kind == _MEASURED_MISCOMPILE or all(
-        targets.get(n).outcome is Outcome.MISCOMPILE for n in ob.targets or (t.name,)
-    )
+    return not t.members and all(targets.get(n).outcome is Outcome.MISCOMPILE for n in ob.targets or (t.name,))
 
 
 #: A lowering measured to compute wrong numbers whatever the target's usual outcome (an XNNPACK weight-only
