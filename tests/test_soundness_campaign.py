@@ -158,6 +158,7 @@ KNOWN_WRONG: dict[str, str] = {
 def campaign() -> Any:
     sys.path.insert(0, str(CAMPAIGN))
     import case
+    import torchao_case
 
     cache: dict[str, dict[str, Any]] = {}
 
@@ -165,7 +166,7 @@ def campaign() -> Any:
         if cid not in cache:
             path = REDUCED / f"{cid}.json"
             spec = json.loads(path.read_text())["spec"] if path.exists() else None
-            cache[cid] = case.run_case(cid, spec=spec)
+            cache[cid] = (torchao_case if torchao_case.owns(cid) else case).run_case(cid, spec=spec)
         return cache[cid]
 
     return run
@@ -207,6 +208,33 @@ def test_verdict_matches_backend(campaign: Any, cid: str) -> None:
         assert repair.get("status") == "repaired", f"{cid}: {repair}"
         assert repair.get("outcome") == "exact", f"{cid}: repaired program: {repair}"
         assert summary.repair_problem(rec) is None, f"{cid}: repair worse against the original: {repair}"
+
+
+#: torchao `quantize_` cases (issue #28, torchao_case.py): id → (the runtime's outcome, qflow's verdict before
+#: lowering with target="xnnpack", why the case is here).
+TORCHAO_CASES: dict[str, tuple[str, str, str]] = {
+    "00001-tao-8da8w": ("exact", "proved", "dynamic int8 x int8 per channel: within float rounding"),
+    "00005-tao-8da4w": ("exact", "proved", "dynamic int8 x int4 per group: exact once the scales are bf16"),
+    "00002-tao-int4wo": ("miscompile", "error", "weight-only int4: XNNPACK multiplies by the raw codes"),
+    "00003-tao-int8wo": ("miscompile", "error", "weight-only int8: the same, every linear"),
+    "00123-tao-int8wo": ("exact", "proved", "a weight-only linear no output depends on: dead code, lands nothing"),
+    "00116-tao-8da8w": ("miscompile", "warning", "a tanh GELU computed as the exact one, into a float output"),
+    "00004-tao-int8dyn": ("lowering-failed", "warning", "Int8DynamicActivationInt8WeightConfig: _int_mm refused"),
+}
+
+
+@pytest.mark.parametrize("cid", TORCHAO_CASES)
+def test_torchao_verdict_matches_the_runtime(campaign: Any, cid: str) -> None:
+    rec = campaign(cid)
+    outcome, verdict, why = TORCHAO_CASES[cid]
+    crashed = {form: q.get("error") for form, q in rec["qflow"].items() if q.get("verdict") == "crash"}
+    assert not crashed, f"{cid}: qflow crashed: {crashed}"
+    assert rec["outcome"] == outcome, f"{cid} ({why}): the runtime now gives {rec['outcome']} ({rec.get('cmp')})"
+    assert rec["verdict"] == verdict, f"{cid} ({why}): {rec['qflow']['pre']['findings']}"
+    if outcome == "exact":  # never an error in any form
+        assert all(q["verdict"] != "error" for q in rec["qflow"].values()), rec["qflow"]
+    if cid == "00005-tao-8da4w":  # against float32 scales the same run is off: the bf16 reference matters
+        assert rec["cmp_fp32_scales"]["ratio"] > rec["cmp"]["ratio"] * 10, rec
 
 
 def test_a_pad_lowered_for_the_other_layout_is_an_error_after_the_passes(campaign: Any) -> None:
