@@ -6,7 +6,8 @@ on the ExecuTorch runtime against the quantized eager model: a Llama-shaped deco
 Measured (2026-11-26, torchao 0.18.0, executorch 1.5.1): the dynamic configs (8da4w, 8da8w) run
 right and qflow proves them before lowering, lowered and as a `.pte`; both weight-only configs
 miscompute by orders of magnitude (the weights' scales are lost at lowering), or are refused
-when they run (int8 on the ViT), and qflow says so at every linear before lowering and lowered.
+when they run (int8 on the ViT), and qflow says so at every linear before lowering and lowered,
+and at each delegate of the `.pte` that is passed those scales unread.
 """
 
 from __future__ import annotations
@@ -171,12 +172,13 @@ def test_the_weight_only_configs_are_an_error_at_every_linear(programs, model, c
 
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("config", ["int4-weight-only", "int8-weight-only"])
-def test_the_weight_only_pte_is_never_proved(programs, model, config) -> None:
-    """Its payload holds the codes as float weights and never reads the scales the program passes
-    each linear's delegate: unproven at each of them, never "nothing quantized"."""
+def test_the_weight_only_pte_is_an_error_at_each_delegate_that_drops_scales(programs, model, config) -> None:
+    """Its payload multiplies the codes as float weights and never reads the scales the program passes
+    each linear's delegate, which tile those weights (one per output channel or group): an error at
+    each such delegate, never "nothing quantized"."""
     for target in ("xnnpack", None):
         report = qflow.analyze(programs[model, config]["pte"], target=target)
-        assert report.status == "unproven", str(report)
-        unread = [f for f in report.findings if f.kind == "unread-delegate-argument"]
-        passed = sum(int(re.search(r"is passed (\d+) constant", f.message)[1]) for f in unread)
-        assert passed >= MODELS[model][2], str(report)  # (at least each linear's scales; a delegate may hold several)
+        assert report.status == "violated", str(report)
+        dropped = [f for f in report.findings if f.kind == "miscompiled-lowering"]
+        tiled = sum(int(re.search(r"is passed (\d+) constant", f.message)[1]) for f in dropped)
+        assert tiled >= MODELS[model][2], str(report)  # (at least each linear's scales; a delegate may hold several)

@@ -57,6 +57,14 @@ def payload_io(d: Delegate, fed: list[str], declared: list[str]) -> PayloadIO:
 _ALIASES = {"et_view": "view_copy", "_clone_dim_order": "clone", "_to_dim_order_copy": "clone"}
 
 
+def _tiles(shape: tuple[int, ...], weight: tuple[int, ...]) -> bool:
+    """Is `shape` one value per output channel, or per group of inputs, of a [N, K] weight?"""
+    if len(weight) != 2 or not shape or shape[0] != weight[0] or len(shape) > 2:
+        return False
+    groups = shape[1] if len(shape) == 2 else 1
+    return groups == 1 or 1 < groups < weight[1] and weight[1] % groups == 0
+
+
 def _compatible(a: str, b: str) -> bool:
     return a == b or {a, b} <= {"int8", "uint8"}
 
@@ -365,7 +373,7 @@ class _Builder:
                     self._where(call),
                 )
             read = dict(zip(io.input_args, io.inputs or [], strict=True))
-            self.unread_constants(call_name, d, [i for k, i in enumerate(ins) if k not in read])
+            self.unread_constants(call_name, d, [i for k, i in enumerate(ins) if k not in read], io.float_weights)
             ins = [i for k, i in enumerate(ins) if k in read]
             io.inputs = [read[k] for k in sorted(read)]
         for side, have, want in (("inputs", ins, io.inputs), ("outputs", outs, io.outputs)):
@@ -380,17 +388,33 @@ class _Builder:
         for k, i in enumerate(outs):
             self.delegate_output(call_name, d, k, i, io)
 
-    def unread_constants(self, call: str, d: Delegate, unread: list[int]) -> None:
+    def unread_constants(self, call: str, d: Delegate, unread: list[int], weights: tuple[tuple[int, ...], ...]) -> None:
         """Constant tensors the delegate is passed and its payload never reads: what they hold (a
-        weight's scales, a bias) it computes without, and the .pte cannot say whether that matters."""
+        weight's scales, a bias) it computes without, and the .pte cannot say whether that matters —
+        unless they tile a float weight the payload multiplies (one per output channel, or per group of
+        its inputs): that weight is codes whose scales were dropped (measured: a torchao weight-only
+        linear on XNNPACK, tests/test_torchao_models.py)."""
         consts = [self.ev(i) for i in unread if self.ev(i).kind == "Tensor" and self.ev(i).constant]
-        if consts:
-            shown = ", ".join(f"{ev.dtype}{list(ev.sizes)}" for ev in consts)
-            why = (f"delegate {d.index} ({d.backend_id}) is passed {len(consts)} constant tensor(s) its payload "
-                   f"never reads ({shown}): it computes without them")  # fmt: skip
-            owner = targets.for_backend(d.backend_id)
-            on = (owner.name,) if owner is not None else ()
-            self.dg.oblige_unbounded(call, "unread constants", "unread-delegate-argument", why, on)
+        if not consts:
+            return
+        shown = ", ".join(f"{ev.dtype}{list(ev.sizes)}" for ev in consts)
+        owner = targets.for_backend(d.backend_id)
+        on = (owner.name,) if owner is not None else ()
+        tiled = [ev for ev in consts if any(_tiles(tuple(ev.sizes), w) for w in weights)]
+        if tiled:
+            shapes = ", ".join(str(list(w)) for w in weights)
+            why = (f"delegate {d.index} ({d.backend_id}) multiplies float weights {shapes} and is passed "
+                   f"{len(tiled)} constant tensor(s) that tile them, one per output channel or group ({shown}), "
+                   "which its payload never reads: the weights are codes whose scales were dropped, as "
+                   "measured for a torchao weight-only linear lowered to XNNPACK")  # fmt: skip
+            self.dg.oblige(
+                Obligation(ObligationKind.STRUCTURAL, call, call, finding_kind="miscompiled-lowering", holds=False,
+                           targets=on, detail=why)
+            )  # fmt: skip
+            return
+        why = (f"delegate {d.index} ({d.backend_id}) is passed {len(consts)} constant tensor(s) its payload "
+               f"never reads ({shown}): it computes without them")  # fmt: skip
+        self.dg.oblige_unbounded(call, "unread constants", "unread-delegate-argument", why, on)
 
     def delegate_input(self, call: str, d: Delegate, k: int, idx: int, io: PayloadIO) -> None:
         fed = self.ev(idx).dtype or "?"

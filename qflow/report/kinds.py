@@ -330,9 +330,10 @@ KINDS: dict[str, Kind] = {
             "a delegate is passed a constant tensor its payload never reads",
             "The program hands a delegate a constant (a weight's scales or zero points, a bias) that the "
             "backend's payload does not read: the delegate computes without it, and the .pte does not say "
-            "whether it mattered. Measured (ExecuTorch 1.5.1, torchao 0.18): a torchao weight-only linear "
-            "(Int8WeightOnlyConfig, IntxWeightOnlyConfig) lowered to XNNPACK passes its scales to the "
-            "delegate unread and computes 1e2 to 2e11 times off, with no error.",
+            "whether it mattered. (When they tile a float weight the payload multiplies, one per output "
+            "channel or group, they are its scales and the finding is `miscompiled-lowering`: measured, "
+            "ExecuTorch 1.5.1 and torchao 0.18, a torchao weight-only linear lowered to XNNPACK passes its "
+            "scales unread and computes 1e2 to 2e11 times off, with no error.)",
             "Check the program the .pte was lowered from (`qflow check` on the exported program names the "
             "linear), or quantize with a config the backend runs (8da4w / 8da8w on XNNPACK).",
         ),

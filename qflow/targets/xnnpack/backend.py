@@ -18,4 +18,12 @@ def read_payload(d: Delegate, fed: list[str], declared: list[str]) -> PayloadIO:
         xnn.domain_graph(g),
         "the XNNPACK tensor has no quantization parameters",
         input_args=[g.values[i].external_id for i in g.input_ids],
+        float_weights=tuple(
+            g.values[n.inputs[1]].dims
+            for n in g.nodes
+            if n.type == "XNNFullyConnected"
+            and len(n.inputs) > 1
+            and g.values[n.inputs[1]].constant
+            and g.values[n.inputs[1]].dtype == "float32"
+        ),  # fmt: skip
     )
