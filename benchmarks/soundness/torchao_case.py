@@ -3,6 +3,7 @@ variant's config → `torch.export` → qflow before lowering (`target="xnnpack"
 lower with the stock `XnnpackPartitioner` → qflow on the lowered program and on the `.pte` → run the
 `.pte` on the ExecuTorch runtime → compare with the quantized eager model.
 
+Test inputs: three samples of the spec's distributions and one spanning input (`test_inputs`).
 Truth rule (README.md here), fixed from the backend's measured format and the reference alone —
 never from qflow or from the run it judges: the *reference* is the quantized model in eager PyTorch
 with its int4 weights' scales rounded to bfloat16, the precision XNNPACK's payload keeps them in
@@ -31,6 +32,9 @@ except ImportError:  # pragma: no cover
 
 TAO_VARIANTS = case.TAO_VARIANTS
 N_TEST = 3
+#: The spanning input's range: every float input uniform over [-SPAN, SPAN], both signs (the samples
+#: of one distribution may never open a sign-gated path: a relu of inputs that are all negative).
+SPAN = 4.0
 FLOAT_REL = 1e-5
 TIE_JITTER = 1e-5
 TIE_TRIALS = 40
@@ -86,6 +90,16 @@ def _is_int4(w: Any) -> bool:
     return getattr(w, "target_dtype", None) == torch.int4 or (
         isinstance(qdata, torch.Tensor) and qdata.numel() > 0 and int(qdata.min()) >= -8 and int(qdata.max()) <= 7
     )
+
+
+def test_inputs(spec: dict[str, Any], seed: int) -> list[case.Inputs]:
+    """The spec's N_TEST samples, then one spanning input (token ids: another draw)."""
+    samples = sample_inputs(spec, N_TEST + 1, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    span = tuple(
+        torch.rand(t.shape, generator=g) * 2 * SPAN - SPAN if t.is_floating_point() else t for t in samples[-1]
+    )
+    return [*samples[:N_TEST], span]
 
 
 def tie_spread(program: Any, tests: list[case.Inputs]) -> list[float]:
@@ -153,7 +167,7 @@ def run_case(cid: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
     case._CURRENT.update(rec)
     rec = case._CURRENT
     t0 = time.perf_counter()
-    tests = sample_inputs(spec, N_TEST, seed=index)
+    tests = test_inputs(spec, index)
     try:
         case.stage("quantize")
         model = case._timed(rec, "quantize", lambda: quantized(spec, variant))
@@ -229,7 +243,7 @@ def reanalyze(rec: dict[str, Any]) -> dict[str, Any]:
     """`rec` with its `pre` / `generic` verdicts re-made by this qflow (the backend's outcome kept)."""
     index, variant = case.parse_id(rec["id"])
     spec = generate(index, "llm")
-    tests = sample_inputs(spec, N_TEST, seed=index)
+    tests = test_inputs(spec, index)
     exported = torch.export.export(quantized(spec, variant), tests[0])
     out = copy.deepcopy(rec)
     out.setdefault("time", {})
