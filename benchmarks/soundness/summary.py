@@ -351,7 +351,7 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
         ("annotated", "annotated graph"),
         ("folded", "folded partitions (Arm)"),
         ("lowered", "lowered program"),
-        ("pte", ".pte as shipped, against the PT2E program (Cortex-M)"),
+        ("pte", ".pte as shipped (Cortex-M: against the PT2E program; torchao: alone)"),
     ):
         sub = [r for r in recs if form in r.get("qflow", {})]
         if sub:
