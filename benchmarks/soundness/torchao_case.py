@@ -3,7 +3,7 @@ variant's config → `torch.export` → qflow before lowering (`target="xnnpack"
 lower with the stock `XnnpackPartitioner` → qflow on the lowered program and on the `.pte` → run the
 `.pte` on the ExecuTorch runtime → compare with the quantized eager model.
 
-Test inputs: three samples of the spec's distributions and one spanning input (`test_inputs`).
+Test inputs: three samples of the spec's distributions and one spanning input (`campaign_inputs`).
 Truth rule (README.md here), fixed from the backend's measured format and the reference alone —
 never from qflow or from the run it judges: the *reference* is the quantized model in eager PyTorch
 with its int4 weights' scales rounded to bfloat16, the precision XNNPACK's payload keeps them in
@@ -92,7 +92,7 @@ def _is_int4(w: Any) -> bool:
     )
 
 
-def test_inputs(spec: dict[str, Any], seed: int) -> list[case.Inputs]:
+def campaign_inputs(spec: dict[str, Any], seed: int) -> list[case.Inputs]:
     """The spec's N_TEST samples, then one spanning input (token ids: another draw)."""
     samples = sample_inputs(spec, N_TEST + 1, seed=seed)
     g = torch.Generator().manual_seed(seed + 1)
@@ -167,7 +167,7 @@ def run_case(cid: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
     case._CURRENT.update(rec)
     rec = case._CURRENT
     t0 = time.perf_counter()
-    tests = test_inputs(spec, index)
+    tests = campaign_inputs(spec, index)
     try:
         case.stage("quantize")
         model = case._timed(rec, "quantize", lambda: quantized(spec, variant))
@@ -177,7 +177,6 @@ def run_case(cid: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
         rec.update(outcome="quantize-failed", error=case._err(e))
         rec["time"]["total"] = round(time.perf_counter() - t0, 3)
         return dict(rec)
-    rec["linears"] = sum(1 for n in exported.graph.nodes if n.op == "call_function" and "linear" in str(n.target))
     with torch.no_grad():
         want = [case._as_list(reference.module()(*x)) for x in tests]
         eager = [case._as_list(model(*x)) for x in tests]
@@ -243,7 +242,7 @@ def reanalyze(rec: dict[str, Any]) -> dict[str, Any]:
     """`rec` with its `pre` / `generic` verdicts re-made by this qflow (the backend's outcome kept)."""
     index, variant = case.parse_id(rec["id"])
     spec = generate(index, "llm")
-    tests = test_inputs(spec, index)
+    tests = campaign_inputs(spec, index)
     exported = torch.export.export(quantized(spec, variant), tests[0])
     out = copy.deepcopy(rec)
     out.setdefault("time", {})
