@@ -269,7 +269,9 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
         form=dg.form,
         name=name,
         target=dg.target,
-        notes=list(dg.notes) if quantized or counts[Status.UNPROVEN] else [NOTHING_QUANTIZED, *dg.notes],
+        notes=list(dg.notes)
+        if quantized or counts[Status.UNPROVEN] or counts[Status.VIOLATED]
+        else [NOTHING_QUANTIZED, *dg.notes],
         quantized=quantized,
         stats={
             "values": len(dg),

@@ -88,7 +88,7 @@ def test_dynamic_int4_per_group_is_off_by_exactly_the_bf16_rounding_of_its_scale
 @torch.no_grad()
 def test_weight_only_int4_miscomputes_and_qflow_says_so(lowered) -> None:
     """Measured: ExecuTorch 1.5.1 lowers a torchao weight-only int4 linear with the raw codes as
-    float weights — the group scales are dropped (outputs ~60x too large). qflow never proves it."""
+    float weights — the group scales are dropped (outputs ~60x too large). qflow says so in every form."""
     case = lowered["4w-group32"]
     weight = case.model[0].weight
     codes_as_weights = torch.nn.functional.linear(case.inputs[0], weight.qdata.float(), case.model[0].bias)
@@ -101,10 +101,12 @@ def test_weight_only_int4_miscomputes_and_qflow_says_so(lowered) -> None:
             assert [(f.kind, f.targets) for f in report.findings] == [
                 ("miscompiled-lowering", {"xnnpack": "silent miscompile"})
             ], str(report)
-    # the artifact holds float weights and never reads the scales passed to the delegate: unproven there
+    # the artifact multiplies float weights and never reads the scales passed to the delegate, which
+    # tile them (one per group): the same error there, and no "nothing quantized"
     report = qflow.analyze(case.pte, target="xnnpack")
-    assert report.status == "unproven", str(report)
-    assert {f.kind for f in report.findings} == {"unread-delegate-argument"}, str(report)
+    assert report.status == "violated", str(report)
+    assert {f.kind for f in report.findings} == {"miscompiled-lowering"}, str(report)
+    assert not [n for n in report.notes if "nothing is quantized" in n], str(report)
 
 
 def test_the_target_validates_what_was_measured() -> None:
