@@ -85,7 +85,6 @@ def oblige_honoured_variants(gm: fx.GraphModule, dg: DomainGraph, consts: Consts
                 f"{node.name} ({op}, {v.argument}={v.value!r}): {t.name} {v.measured}; off by at most {v.max_error:.3g}"
             )
             reached, direct = _reach(node, outputs)
-            unrounded = _unrounded(gm) if unrounded is None else unrounded
             steps = [_step(u, consts) for u in node.users]
             if not reached or all(s is not None and v.max_error <= s / 2 for s in steps):
                 where = "no output depends on it" if not reached else "every quantize after it rounds that away"
@@ -94,6 +93,7 @@ def oblige_honoured_variants(gm: fx.GraphModule, dg: DomainGraph, consts: Consts
                                inform=True, targets=(t.name,), detail=f"{what}, and {where}.")
                 )  # fmt: skip
                 continue
+            unrounded = _unrounded(gm) if unrounded is None else unrounded
             floats = sorted(o.name for o in direct if o in unrounded)
             how = (
                 f"it reaches output {', '.join(floats)} unrounded (whether that is wrong is your float tolerance)"
