@@ -366,6 +366,19 @@ KINDS: dict[str, Kind] = {
             "a threshold that is exact in codes (0 with zero point 0).",
         ),
         Kind(
+            "payload-weight-mismatch",
+            "error",
+            "the delegate payload's quantized weight is not the program's",
+            "A weighted node's weight in the XNNPACK payload (its codes, and its per-tensor, per-channel or "
+            "per-group scales in the named data beside the flatbuffer) is read as XNNPACK reads it and "
+            "compared with the weight the program dequantizes: other scales (beyond the payload's storage "
+            "of them: bfloat16 for groups), another group size, a dropped zero point or other codes is "
+            "another layer, computed without an error. Unproven: the payload's scales are in named data "
+            "the program does not carry.",
+            "Find the lowering step that wrote it (the finding names the XNNPACK node and the program's "
+            "node) and report it upstream; keep the layer on the CPU until it is fixed.",
+        ),
+        Kind(
             "tosa-artifact-mismatch",
             "error",
             "the TOSA flatbuffer the backend emitted does not realise the declared domains",

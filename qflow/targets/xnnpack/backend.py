@@ -1,6 +1,9 @@
-"""The XNNPACK target's reader hooks (see `Target.backend_module`)."""
+"""The XNNPACK target's reader hooks (see `Target.backend_module`). Torch-free: the lowered
+program's hooks are imported when one is read (`qflow.targets.xnnpack.lowered`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from qflow.ir.payload_io import PayloadIO
 from qflow.ir.pte_program import Delegate
@@ -27,3 +30,9 @@ def read_payload(d: Delegate, fed: list[str], declared: list[str]) -> PayloadIO:
             and g.values[n.inputs[1]].dtype == "float32"
         ),  # fmt: skip
     )
+
+
+def add_artifact_evidence(dg: Any, gm: Any, call: Any, lowered: Any, prefix: str, reference: Any = None) -> None:
+    from qflow.targets.xnnpack.lowered import add_artifact_evidence as add
+
+    add(dg, gm, call, lowered, prefix, reference)

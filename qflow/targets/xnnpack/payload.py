@@ -107,6 +107,11 @@ class XnnValue:
     constant: bool
     quantized: bool = False
     blocks: Blocks | None = None
+    #: Where the codes and the per-channel / per-group scales are (indices into
+    #: `XnnGraph.constant_keys`; 0: none), and scales kept in the flatbuffer itself.
+    buffer: int = 0
+    scale_buffer: int = 0
+    inline_scales: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,8 @@ class XnnGraph:
     nodes: tuple[XnnNode, ...]
     input_ids: tuple[int, ...]
     output_ids: tuple[int, ...]
+    #: Per constant-data entry, the key of the named data that holds it ("" for one at an offset).
+    constant_keys: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,6 +203,7 @@ def read_payload(payload: bytes) -> XnnGraph:
             nodes.append(XnnNode(i, kind, ins, outs, lo, hi, int(n.DebugHandle())))
         ins = tuple(int(g.InputIds(i)) for i in range(g.InputIdsLength()))
         outs = tuple(int(g.OutputIds(i)) for i in range(g.OutputIdsLength()))
+        keys = tuple((g.ConstantData(i).NamedKey() or b"").decode() for i in range(g.ConstantDataLength()))
     except InputError:
         raise
     except Exception as e:
@@ -204,7 +212,7 @@ def read_payload(payload: bytes) -> XnnGraph:
         for vid in n.inputs + n.outputs:
             if vid not in values:
                 raise InputError(f"XNNPACK node {n.label} uses value {vid}, which the payload does not define")
-    return XnnGraph(values, tuple(nodes), ins, outs)
+    return XnnGraph(values, tuple(nodes), ins, outs, keys)
 
 
 def _union_members() -> dict[str, str]:
@@ -231,11 +239,14 @@ def _value(xv: object, value_types: dict[int, str], quant_types: dict[int, str])
     dtype, quantized = DATATYPES.get(dt_code, (f"xnn_datatype_{dt_code}", False))
     dims = tuple(int(tv.Dims(i)) for i in range(tv.DimsLength()))
     dom: Domain | None = FLOAT if dtype.startswith(("float", "bfloat")) else None
-    blocks = None
+    blocks, scale_buffer, inline = None, 0, ()
     if kind == "XNNQuantizedTensorValue" and quantized:
         qk = quant_types.get(body.QuantParamsType(), "NONE")
         qp = as_table(_NS, qk, body.QuantParams()) if qk != "NONE" else None
         lo, hi = _RANGE.get(dtype, (0, 0))
+        if qk in ("PerChannelQuant", "PerChannelGroupQuant"):
+            scale_buffer = int(qp.ScaleBufferIdx())
+            inline = tuple(float(qp.Scale(i)) for i in range(qp.ScaleLength()))
         if qk == "PerTensorQuant":
             dom = Domain.quantized(dtype, float(qp.Scale()), int(qp.ZeroPoint()), lo, hi)
         elif qk == "PerChannelQuant" and qp.ScaleLength():
@@ -261,6 +272,9 @@ def _value(xv: object, value_types: dict[int, str], quant_types: dict[int, str])
         flags=int(tv.Flags()),
         constant=int(tv.ConstantBufferIdx()) != 0,
         quantized=quantized,
+        buffer=int(tv.ConstantBufferIdx()),
+        scale_buffer=scale_buffer,
+        inline_scales=inline,
     )
 
 
