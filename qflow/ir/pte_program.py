@@ -132,6 +132,9 @@ class PteProgram:
     source: str
     plans: tuple[Plan, ...]
     constants: Any = field(default=None, repr=False, compare=False)  # callable(data_buffer_idx) -> bytes | None
+    #: callable(key) -> bytes | None: the named data (where a delegate keeps constants, e.g. XNNPACK's
+    #: weights and their scales), or None for a key the program does not carry.
+    named_data: Any = field(default=None, repr=False, compare=False)
 
     def tensor_data(self, ev: EValue) -> list[Any] | None:
         """The numbers of a constant tensor (scales / zero points given as tensors), or None."""
@@ -249,7 +252,9 @@ def _read_program(prog: Any, data: bytes, base: int, where: str) -> PteProgram:
         inputs = tuple(int(ep.Inputs(i)) for i in range(ep.InputsLength()))
         outputs = tuple(int(ep.Outputs(i)) for i in range(ep.OutputsLength()))
         plans.append(Plan(_s(ep.Name()), values, inputs, outputs, tuple(calls), tuple(delegates)))
-    return PteProgram(where, tuple(plans), _constant_reader(prog, data, base, where))
+    return PteProgram(
+        where, tuple(plans), _constant_reader(prog, data, base, where), _named_data_reader(prog, data, base, where)
+    )
 
 
 def _vector_bytes(obj: Any, field: int) -> bytes:
@@ -275,6 +280,16 @@ def _constant_reader(prog: Any, data: bytes, base: int, where: str) -> Any:
             buf = prog.ConstantBuffer(idx)
             return _vector_bytes(buf, 4)
         return None
+
+    return read
+
+
+def _named_data_reader(prog: Any, data: bytes, base: int, where: str) -> Any:
+    """key → bytes of the segment the program's named data entry points to (None: no such key)."""
+    index = {_s(nd.Key()): int(nd.SegmentIndex()) for nd in map(prog.NamedData, range(prog.NamedDataLength()))}
+
+    def read(key: str) -> bytes | None:
+        return _segment(prog, data, base, index[key], where) if key in index and base else None
 
     return read
 

@@ -51,18 +51,23 @@ class ConvNet(torch.nn.Module):
         return self.fc(torch.relu(self.conv(x)).flatten(1))
 
 
-def _torchao(config: Callable[[], object]) -> Callable[[], tuple[object, tuple[torch.Tensor, ...]]]:
-    def build() -> tuple[object, tuple[torch.Tensor, ...]]:
+Built = tuple[object, object, tuple[torch.Tensor, ...]]  # (exported program, lowered edge program, inputs)
+
+
+def _torchao(config: Callable[[], object]) -> Callable[[], Built]:
+    def build() -> Built:
         model, x = Mlp().eval(), (torch.randn(16, 64),)
         quantize_(model, config())
-        return to_edge_transform_and_lower(torch.export.export(model, x), partitioner=[XnnpackPartitioner()]), x
+        exported = torch.export.export(model, x)
+        return exported, to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]), x
 
     return build
 
 
-def _pt2e() -> tuple[object, tuple[torch.Tensor, ...]]:
+def _pt2e() -> Built:
     model, x = ConvNet().eval(), (torch.randn(4, 3, 8, 8),)
-    return xnnpack.lower(xnnpack.quantize(model, x), x), x
+    exported = torch.export.export(xnnpack.quantize(model, x), x, strict=True)
+    return exported, xnnpack.lower(exported, x), x
 
 
 PROGRAMS = {
@@ -78,8 +83,10 @@ PROGRAMS = {
 
 @dataclass
 class Program:
+    exported: object  # what the .pte is checked against (reference=)
     edge: object
     inputs: tuple[torch.Tensor, ...]
+    pte: bytes
     clean: torch.Tensor
 
 
@@ -88,8 +95,9 @@ def programs() -> dict[str, Program]:
     out = {}
     for name, build in PROGRAMS.items():
         torch.manual_seed(0)
-        edge, x = build()
-        out[name] = Program(edge, x, xnnpack.run(xnnpack.to_executorch(edge).buffer, x)[0])
+        exported, edge, x = build()
+        pte = xnnpack.to_executorch(edge).buffer
+        out[name] = Program(exported, edge, x, pte, xnnpack.run(pte, x)[0])
     return out
 
 
@@ -195,12 +203,16 @@ def _mutated(m: Mutant) -> Iterator[None]:
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_the_clean_lowered_program_proves_its_payload_weights(programs, name) -> None:
-    report = qflow.analyze(programs[name].edge, target="xnnpack")
-    assert report.status == "proved", report.findings
-    held = [o for o in report.findings if o.kind == "payload-weight-mismatch"]
-    assert not held
-    assert report.obligations["proved"] > 0
+def test_the_clean_program_proves_its_payload_weights_lowered_and_as_a_pte(programs, name) -> None:
+    p = programs[name]
+    alone = qflow.analyze(p.pte, target="xnnpack")
+    for report in (
+        qflow.analyze(p.edge, target="xnnpack"),
+        qflow.analyze(p.pte, target="xnnpack", reference=p.exported),
+    ):
+        assert report.status == "proved", report.findings
+    # (with its program, the .pte has one more obligation per quantized weight: 2 here)
+    assert report.obligations["proved"] == alone.obligations["proved"] + 2
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -210,15 +222,17 @@ def test_every_payload_weight_mutant_that_changes_the_output_is_an_error(program
     scale = float(p.clean.abs().max())
     for m in mutants(p.edge):
         with _mutated(m):
+            pte = xnnpack.to_executorch(p.edge).buffer
             try:
-                got = xnnpack.run(xnnpack.to_executorch(p.edge).buffer, p.inputs)[0]
+                got = xnnpack.run(pte, p.inputs)[0]
                 moved = float((got - p.clean).abs().max()) > 1e-6 * scale
             except Exception:  # the runtime refuses it: loud, but qflow must still say why
                 got, moved = None, True
-            report = qflow.analyze(p.edge, target="xnnpack")
-        errors = [f for f in report.errors if f.kind == "payload-weight-mismatch"]
+            lowered = qflow.analyze(p.edge, target="xnnpack")
+        shipped = qflow.analyze(pte, target="xnnpack", reference=p.exported)
         (refused if got is None else changed if moved else []).append(m.label)
-        if moved and not errors:
-            missed.append(m.label)
+        for form, report in (("lowered", lowered), (".pte", shipped)):
+            if moved and not [f for f in report.errors if f.kind == "payload-weight-mismatch"]:
+                missed.append(f"{m.label} ({form})")
     assert changed, "no mutant changed the output: the mutation test tests nothing"
     assert not missed, f"output-changing mutants qflow proves: {missed}"

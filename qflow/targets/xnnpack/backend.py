@@ -8,6 +8,7 @@ from typing import Any
 from qflow.ir.payload_io import PayloadIO
 from qflow.ir.pte_program import Delegate
 from qflow.targets.xnnpack import payload as xnn
+from qflow.targets.xnnpack import weights
 
 
 def read_payload(d: Delegate, fed: list[str], declared: list[str]) -> PayloadIO:
@@ -36,3 +37,16 @@ def add_artifact_evidence(dg: Any, gm: Any, call: Any, lowered: Any, prefix: str
     from qflow.targets.xnnpack.lowered import add_artifact_evidence as add
 
     add(dg, gm, call, lowered, prefix, reference)
+
+
+def read_reference(ep: Any) -> Any:
+    """The quantized weights of the program a .pte was lowered from (`lowered.reference_weights`)."""
+    from qflow.targets.xnnpack.lowered import reference_weights
+
+    return reference_weights(ep)
+
+
+def check_constants(dg: Any, d: Delegate, prefix: str, reference: Any, named_data: Any) -> None:
+    """A payload's weights in a .pte, with the named data the .pte carries, against the reference
+    program's (`weights.check_against`)."""
+    weights.check_against(dg, xnn.read_payload(d.payload), prefix, reference, named_data)

@@ -34,34 +34,60 @@ def add_artifact_evidence(
 
 
 #: Weighted ops and the argument that is their weight.
-_WEIGHT_ARG = {"linear": 1, "convolution": 1, "addmm": 2, "mm": 1}
+_WEIGHT_ARG = {"linear": 1, "convolution": 1, "conv2d": 1, "addmm": 2, "mm": 1}
+#: Those whose weight is [out, in, ...] as `weights.LAYOUT` expects (an mm's may be transposed).
+_CODES_IN_ORDER = frozenset({"linear", "convolution", "conv2d"})
+
+
+def reference_weights(ep: Any) -> tuple[tuple[str, weights.Weight], ...]:
+    """Every quantized weight of the program a .pte was lowered from (and of its delegates'
+    partitions, when it is itself a lowered program), by node name."""
+    programs = [ep, *(m.original_module for _, m in ep.graph_module.named_children() if hasattr(m, "original_module"))]
+    return tuple((node.name, w) for p in programs for node, w in _weighted(p))
 
 
 def program_weights(ep: Any) -> dict[int, tuple[str, weights.Weight]]:
     """Per debug handle, the weighted node whose weight a dequantize of a constant feeds directly,
     and that weight's quantization (torchao affine, PT2E per tensor / per channel / per group)."""
+    out = {}
+    for node, w in _weighted(ep):
+        if isinstance(handle := node.meta.get("debug_handle"), int):
+            out[handle] = (node.name, w)
+    return out
+
+
+def _weighted(ep: Any) -> list[tuple[fx.Node, weights.Weight]]:
     consts = Consts(ep.graph_module, ep)
-    out: dict[int, tuple[str, weights.Weight]] = {}
+    out = []
     for node in ep.graph.nodes:
         op = base_name(target_name(node)) if node.op == "call_function" else ""
         arg = _WEIGHT_ARG.get(op)
-        handle = node.meta.get("debug_handle")
-        if arg is None or not isinstance(handle, int) or len(node.args) <= arg:
+        if arg is None or len(node.args) <= arg:
             continue
         dq = node.args[arg]
         if not isinstance(dq, fx.Node) or dq.op != "call_function" or not isinstance(dq.args[0], fx.Node):
             continue
-        codes = consts.tensor(dq.args[0])
+        codes = _constant(dq.args[0], consts)
         w = _declared(base_name(target_name(dq)), dq, codes, consts) if codes is not None else None
         if w is not None:
-            out[handle] = (node.name, w if op == "linear" else replace(w, codes=None))  # (other layouts)
+            out.append((node, w if op in _CODES_IN_ORDER else replace(w, codes=None)))
     return out
+
+
+def _constant(node: fx.Node, consts: Consts) -> torch.Tensor | None:
+    """A constant tensor, or an inner tensor of a constant tensor subclass (a torchao weight in a
+    program exported before `to_edge`: ``export.access_subclass_inner_tensor(weight, "qdata")``)."""
+    if node.op == "call_function" and base_name(target_name(node)) == "access_subclass_inner_tensor":
+        outer = consts.tensor(node.args[0]) if isinstance(node.args[0], fx.Node) else None
+        inner = getattr(outer, str(node.args[1]), None) if outer is not None else None
+        return inner if isinstance(inner, torch.Tensor) else None
+    return consts.tensor(node)
 
 
 def _declared(kind: str, dq: fx.Node, codes: torch.Tensor, consts: Consts) -> weights.Weight | None:
     def tensor(a: Any) -> torch.Tensor | None:
         if isinstance(a, fx.Node):
-            return consts.tensor(a)
+            return _constant(a, consts)
         return None if a is None else torch.tensor(a)
 
     args, numel = dq.args, codes.numel()
@@ -88,5 +114,8 @@ def _declared(kind: str, dq: fx.Node, codes: torch.Tensor, consts: Consts) -> we
         tuple(float(s) for s in scale.flatten().tolist()),
         tuple(int(z) for z in zeros),
         group,
-        tuple(int(c) for c in codes.flatten().tolist()),
+        codes.detach().to(torch.int8).contiguous().numpy().tobytes() if codes.dtype in _CODE_DTYPES else None,
     )
+
+
+_CODE_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32)

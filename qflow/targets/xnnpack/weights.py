@@ -2,25 +2,33 @@
 
 The payload keeps a quantized weight's codes and its per-channel or per-group scales as constant
 data beside the flatbuffer (named data the ExecuTorch program carries). How XNNPACK reads them
-(measured on executorch 1.5.1: the runtime's results, tests/contracts/test_xnnpack_weight_params.py):
-per-channel scales are float32, per-group scales bfloat16 (``PerChannelGroupQuant``), int4 codes
-two to a byte, the first in the low nibble, each stored plus 8; int8 codes one to a byte; neither
+(measured on executorch 1.5.1 by running mutants: tests/contracts/test_xnnpack_weight_params.py):
+per-channel scales float32, per-group scales bfloat16 (``PerChannelGroupQuant``), int4 codes two
+to a byte, the first in the low nibble, each stored plus 8, int8 codes one to a byte; neither
 layout has a zero point (the weight is symmetric). A lowering that writes other scales, another
-group size, or other codes, or that drops a zero point, computes another layer, and nothing at run
-time says so: each weighted node is an obligation that its payload weight *is* the program's.
+group size or other codes, or that drops a zero point, computes another layer, and nothing at
+run time says so: each weighted node is an obligation that its payload weight *is* the program's.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from qflow.graph import DomainGraph, Obligation, ObligationKind
-from qflow.targets.xnnpack.payload import XnnGraph, XnnValue
+import numpy as np
 
-#: XNNPACK nodes whose input 1 is a weight (``filter_id``).
-WEIGHTED = frozenset({"XNNFullyConnected", "XNNConv2d", "XNNDepthwiseConv2d", "XNNConvTranspose2d"})
+from qflow.graph import DomainGraph, Obligation, ObligationKind
+from qflow.targets.xnnpack.payload import XnnGraph, XnnNode, XnnValue
+
+#: XNNPACK nodes whose input 1 is a weight (``filter_id``), and how each lays out the program's
+#: [out, in(, h, w)] weight: the axes of the program's weight in the payload's order.
+LAYOUT: dict[str, tuple[int, ...] | None] = {
+    "XNNFullyConnected": (0, 1),
+    "XNNConv2d": (0, 2, 3, 1),  # OHWI
+    "XNNDepthwiseConv2d": (1, 2, 3, 0),  # 1HWO
+    "XNNConvTranspose2d": None,  # (codes not compared)
+}
 
 
 @dataclass(frozen=True)
@@ -32,7 +40,7 @@ class Weight:
     scales: tuple[float, ...]
     zero_points: tuple[int, ...]
     group_size: int  # weights per scale along a channel
-    codes: tuple[int, ...] | None = None  # row-major; None: not read
+    codes: bytes | None = None  # int8 values, row-major in `dims`; None: not compared
     scale_format: str = "float32"  # how the scales are stored: "float32" or "bfloat16"
 
 
@@ -49,24 +57,24 @@ def f32(x: float) -> float:
 
 def _floats(raw: bytes, fmt: str) -> tuple[float, ...]:
     if fmt == "bfloat16":
-        return tuple(struct.unpack("<f", b"\0\0" + raw[i : i + 2])[0] for i in range(0, len(raw) - 1, 2))
-    return struct.unpack(f"<{len(raw) // 4}f", raw[: len(raw) // 4 * 4])
+        halves = np.frombuffer(raw[: len(raw) // 2 * 2], dtype="<u2").astype("<u4") << 16
+        return tuple(float(x) for x in halves.view("<f4"))
+    return tuple(float(x) for x in np.frombuffer(raw[: len(raw) // 4 * 4], dtype="<f4"))
 
 
-def _codes(raw: bytes, dtype: str, count: int) -> tuple[int, ...] | None:
+def _codes(raw: bytes, dtype: str, count: int) -> bytes | None:
     if dtype == "int8" and len(raw) >= count:
-        return struct.unpack(f"<{count}b", raw[:count])
+        return bytes(raw[:count])
     if dtype == "int4" and len(raw) >= (count + 1) // 2:
-        out = [(b >> shift & 0xF) - 8 for b in raw[: (count + 1) // 2] for shift in (0, 4)]
-        return tuple(out[:count])
+        packed = np.frombuffer(raw[: (count + 1) // 2], dtype=np.uint8)
+        pairs = np.stack([packed & 0xF, packed >> 4], axis=1).reshape(-1)[:count]
+        return (pairs.astype(np.int16) - 8).astype(np.int8).tobytes()
     return None
 
 
 def payload_weight(g: XnnGraph, v: XnnValue, data: Callable[[str], bytes | None]) -> Weight | str:
     """How XNNPACK reads weight `v`, or why it cannot be read (named data missing)."""
-    numel = 1
-    for d in v.dims:
-        numel *= d
+    numel = int(np.prod(v.dims)) if v.dims else 1
 
     def blob(index: int) -> bytes | None:
         key = g.constant_keys[index] if 0 < index < len(g.constant_keys) else ""
@@ -93,7 +101,24 @@ def payload_weight(g: XnnGraph, v: XnnValue, data: Callable[[str], bytes | None]
     return Weight(v.dims, tuple(scales), (0,) * len(scales), group, codes, fmt)
 
 
-def differences(payload: Weight, program: Weight) -> list[str]:
+def _in_payload_layout(program: Weight, node: XnnNode, dims: tuple[int, ...]) -> np.ndarray | None:
+    """The program's codes in the payload's layout for `node`, or None when not comparable."""
+    axes = LAYOUT.get(node.type)
+    if program.codes is None or axes is None or len(axes) != len(program.dims):
+        return None
+    codes = np.frombuffer(program.codes, dtype=np.int8).reshape(program.dims).transpose(axes)
+    return codes if codes.shape == dims else None
+
+
+def code_differences(payload: Weight, program: Weight, node: XnnNode) -> int | None:
+    """How many codes differ (None: not comparable)."""
+    mine = _in_payload_layout(program, node, payload.dims)
+    if mine is None or payload.codes is None:
+        return None
+    return int(np.count_nonzero(np.frombuffer(payload.codes, dtype=np.int8).reshape(payload.dims) != mine))
+
+
+def differences(payload: Weight, program: Weight, node: XnnNode) -> list[str]:
     """What differs between the weight XNNPACK reads and the program's (empty: the same layer,
     up to the payload's storage of the scales)."""
     out = []
@@ -102,49 +127,86 @@ def differences(payload: Weight, program: Weight) -> list[str]:
             f"{len(payload.scales)} scales over groups of {payload.group_size} in the payload, "
             f"{len(program.scales)} over groups of {program.group_size} in the program"
         )
-        return out
-    store = bf16 if payload.scale_format == "bfloat16" else f32
-    off = [(p, s) for p, s in zip(payload.scales, program.scales, strict=True) if p != store(s)]
-    if off:
-        p, s = max(off, key=lambda ps: abs(ps[0] / ps[1] - 1) if ps[1] else float("inf"))
-        out.append(
-            f"{len(off)} of {len(program.scales)} scales differ (worst: {p:.6g} in the payload, "
-            f"{s:.6g} in the program{', as ' + payload.scale_format if store is bf16 else ''})"
-        )
-    zps = sum(p != z for p, z in zip(payload.zero_points, program.zero_points, strict=True))
-    if zps:
-        out.append(f"{zps} of {len(program.zero_points)} zero points differ (the payload's weight is symmetric)")
-    if payload.codes is not None and program.codes is not None and payload.dims == program.dims:
-        bad = sum(a != b for a, b in zip(payload.codes, program.codes, strict=True))
-        if bad:
-            out.append(f"{bad} of {len(program.codes)} weight codes differ")
+    else:
+        store = bf16 if payload.scale_format == "bfloat16" else f32
+        off = [(p, s) for p, s in zip(payload.scales, program.scales, strict=True) if p != store(s)]
+        if off:
+            p, s = max(off, key=lambda ps: abs(ps[0] / ps[1] - 1) if ps[1] else float("inf"))
+            out.append(
+                f"{len(off)} of {len(program.scales)} scales differ (worst: {p:.6g} in the payload, "
+                f"{s:.6g} in the program{', as ' + payload.scale_format if store is bf16 else ''})"
+            )
+        zps = sum(p != z for p, z in zip(payload.zero_points, program.zero_points, strict=True))
+        if zps:
+            out.append(f"{zps} of {len(program.zero_points)} zero points differ (the payload's weight is symmetric)")
+    bad = code_differences(payload, program, node)
+    if bad:
+        out.append(f"{bad} of {int(np.prod(payload.dims))} weight codes differ")
+    return out
+
+
+def _oblige(dg: DomainGraph, at: str, what: str, diffs: list[str]) -> None:
+    detail = f"{what}, not the program's: " + "; ".join(diffs) + "." if diffs else f"{what}: the program's weight."
+    dg.oblige(
+        Obligation(ObligationKind.STRUCTURAL, at, at, finding_kind="payload-weight-mismatch", holds=not diffs,
+                   detail=detail)
+    )  # fmt: skip
+
+
+def _weights(g: XnnGraph) -> list[tuple[XnnNode, XnnValue]]:
+    """The weighted nodes with a quantized constant weight."""
+    out = []
+    for n in g.nodes:
+        if n.type in LAYOUT and len(n.inputs) > 1:
+            v = g.values[n.inputs[1]]
+            if v.constant and v.quantized:
+                out.append((n, v))
     return out
 
 
 def check(
-    dg: DomainGraph,
-    g: XnnGraph,
-    program: dict[int, tuple[str, Weight]],
-    data: Callable[[str], bytes | None],
+    dg: DomainGraph, g: XnnGraph, program: dict[int, tuple[str, Weight]], data: Callable[[str], bytes | None]
 ) -> None:
-    """One obligation per weighted node whose program node (by debug handle) declares a quantized
-    weight: the payload's weight is that weight. `program` maps debug handles to the graph value
-    to report at and the program's weight."""
-    for n in g.nodes:
-        if n.type not in WEIGHTED or len(n.inputs) < 2 or n.debug_handle not in program:
-            continue
-        v = g.values[n.inputs[1]]
-        if not (v.constant and v.quantized):
+    """A lowered delegate: one obligation per weighted node whose program node (by debug handle)
+    declares a quantized weight, reported at that program node (`program`: debug handle → graph
+    value, the program's weight)."""
+    for n, v in _weights(g):
+        if n.debug_handle not in program:
             continue
         name, want = program[n.debug_handle]
         got = payload_weight(g, v, data)
         what = f"XNNPACK node {n.label} reads weight v{v.id} ({v.dtype} {list(v.dims)})"
         if isinstance(got, str):
             dg.oblige_unbounded(name, "weight", "payload-weight-mismatch", f"{what}: {got}", ())
+        else:
+            _oblige(dg, name, what, differences(got, want, n))
+
+
+def check_against(
+    dg: DomainGraph,
+    g: XnnGraph,
+    prefix: str,
+    reference: Sequence[tuple[str, Weight]],
+    data: Callable[[str], bytes | None],
+) -> None:
+    """A payload in a .pte, against the program it was lowered from: each weight is matched to
+    the reference weight whose codes it agrees with most (a .pte keeps no link to the program's
+    nodes), and must be it. Reported at the XNNPACK node (``prefix/<index>:<type>``)."""
+    for n, v in _weights(g):
+        at = f"{prefix}/{n.label}"
+        what = f"XNNPACK node {n.label} reads weight v{v.id} ({v.dtype} {list(v.dims)})"
+        got = payload_weight(g, v, data)
+        if isinstance(got, str):
+            dg.oblige_unbounded(at, "weight", "payload-weight-mismatch", f"{what}: {got}", ())
             continue
-        diffs = differences(got, want)
-        dg.oblige(
-            Obligation(ObligationKind.STRUCTURAL, name, name, finding_kind="payload-weight-mismatch",
-                       holds=not diffs, detail=f"{what}, not the program's: " + "; ".join(diffs) + "." if diffs else
-                       f"{what}: the program's scales, group size, zero points and codes.")
-        )  # fmt: skip
+        scored = [(d, name, w) for name, w in reference if (d := code_differences(got, w, n)) is not None]
+        if not scored:
+            why = f"{what}: the reference program has no weight of its shape whose codes qflow can compare"
+            dg.oblige_unbounded(at, "weight", "payload-weight-mismatch", why, ())
+            continue
+        bad, name, want = min(scored, key=lambda s: s[0])
+        if bad > int(np.prod(v.dims)) // 2:
+            _oblige(dg, at, what, [f"no weight of the reference program has its codes (the closest, {name}, "
+                                   f"differs in {bad})"])  # fmt: skip
+        else:
+            _oblige(dg, at, f"{what} (the reference's {name})", differences(got, want, n))
