@@ -316,7 +316,7 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
         "| of which within the FQ tie sensitivity | exact | false alarms |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for form in ("pre", "generic", "annotated", "folded", "lowered", "pte"):
+    for form in ("pre", "generic", "annotated", "folded", "lowered", "pte", "pte_ref"):
         sub = [r for r in recs if form in r.get("qflow", {})]
         if not sub:
             continue
@@ -352,6 +352,7 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
         ("folded", "folded partitions (Arm)"),
         ("lowered", "lowered program"),
         ("pte", ".pte as shipped (Cortex-M: against the PT2E program; torchao: alone)"),
+        ("pte_ref", ".pte as shipped, against the program it was lowered from (torchao)"),
     ):
         sub = [r for r in recs if form in r.get("qflow", {})]
         if sub:

@@ -223,6 +223,8 @@ def _lower_and_run(
     case._qflow(rec, "lowered", lambda: case.analyze(edge.exported_program(), "xnnpack"))
     case.stage("qflow_pte")
     case._qflow(rec, "pte", lambda: case.analyze(pte, "xnnpack"))
+    case.stage("qflow_pte_ref")  # (its weights against the program's: reference=)
+    case._qflow(rec, "pte_ref", lambda: case.analyze(pte, "xnnpack", reference=exported))
     if rec["delegates"] == 0:
         rec["outcome"] = "not-delegated"
         return
