@@ -86,8 +86,9 @@ _TABLE["executorch_call_delegate"] = OpClass.DELEGATE
 CASTS = frozenset({"to", "_to_copy", "_to_dim_order_copy"})
 
 #: Higher-order control flow: the op runs subgraphs (cond's two branches, while_loop's
-#: condition and body) passed to it as graph-module attributes.
-CONTROL_FLOW = frozenset({"cond", "while_loop"})
+#: condition and body, the block a ``torch.no_grad()`` in `forward` wraps) passed to it as
+#: graph-module attributes.
+CONTROL_FLOW = frozenset({"cond", "while_loop", "wrap_with_set_grad_enabled"})
 
 #: Ops whose tensor arguments all share one domain with the output (cat's list):
 #: every input beyond the first is an obligation.

@@ -16,8 +16,11 @@ import qflow
 PARAMS = {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 256, "multiple_of": 32}
 
 
-def _export_llm(out: Path, kv_cache: bool, qmode: str = "8da4w", pt2e: str | None = None) -> Path:
-    """`qmode`: torchao's `quantize_` mode; `pt2e`: a PT2E quantizer instead (`quantization.pt2e_quantize`)."""
+def _export_llm(
+    out: Path, kv_cache: bool, qmode: str = "8da4w", pt2e: str | None = None, embedding: str | None = None
+) -> Path:
+    """`qmode`: torchao's `quantize_` mode; `pt2e`: a PT2E quantizer instead (`quantization.pt2e_quantize`);
+    `embedding`: `quantization.embedding_quantize` ("bits,group size")."""
     (out / "params.json").write_text(json.dumps({**PARAMS, "norm_eps": 1e-5}))
     kv = str(kv_cache).lower()
     cmd = [
@@ -26,6 +29,7 @@ def _export_llm(out: Path, kv_cache: bool, qmode: str = "8da4w", pt2e: str | Non
         f"model.use_kv_cache={kv}", f"model.use_sdpa_with_kv_cache={kv}", "backend.xnnpack.enabled=true",
         *([f"quantization.pt2e_quantize={pt2e}"] if pt2e else [f"quantization.qmode={qmode}",
                                                              "quantization.group_size=32"]),
+        *([f"quantization.embedding_quantize='{embedding}'"] if embedding else []),
         "export.max_seq_length=64", "export.max_context_length=64",
         f"export.output_dir={out}", "export.output_name=tiny.pte", f"hydra.run.dir={out}",
     ]  # fmt: skip
@@ -54,6 +58,24 @@ def test_the_8da4w_llm_pte_proves_with_its_quantized_linears_counted(pte: str, r
     # every linear of the two layers and the head: int4 per-group weights, bf16 scales in the payload
     linears = [f for f in report.findings if f.kind == "rounded-weight-scales"]
     assert len(linears) == 2 * 7 + 1, [f.node for f in linears]
+
+
+@pytest.fixture(scope="session")
+def tiny_8da4w_emb4_pte(tmp_path_factory) -> Path:
+    """With the token embedding quantized too (`embedding_quantize=4,32`, as ExecuTorch's Llama guide
+    exports): a `quantized_decomposed::embedding_4bit` kernel on the CPU."""
+    return _export_llm(tmp_path_factory.mktemp("llm-emb4"), kv_cache=True, embedding="4,32")
+
+
+def test_the_quantized_embedding_proves_as_a_kernel_reading_its_own_codes(tiny_8da4w_emb4_pte) -> None:
+    """It was an unknown op (unproven); the kernel is measured on the runtime in
+    tests/contracts/test_quantized_embedding.py."""
+    report = qflow.analyze(tiny_8da4w_emb4_pte, target="xnnpack")
+    assert report.status == "proved", str(report)
+    assert not [f for f in report.findings if f.kind in ("unknown-op", "missing-domain")]
+    dg = qflow.api.domain_graph(tiny_8da4w_emb4_pte, target="xnnpack")
+    kernels = [o for o in dg.obligations if o.finding_kind == "kernel-argument-mismatch"]
+    assert [o.node for o in kernels] == ["forward/embedding_4bit"] and kernels[0].holds
 
 
 def test_the_cli_exits_0_on_it(tiny_8da4w_pte) -> None:

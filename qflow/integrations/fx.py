@@ -23,6 +23,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.fx as fx
 
 from qflow import bounds
@@ -34,7 +35,7 @@ from qflow.integrations import bias_domain, duplicate_users, ignored_variants, m
 from qflow.integrations.fx_control_flow import ControlFlowReading
 from qflow.integrations.fx_delegates import DelegateReading
 from qflow.integrations.fx_folded import FoldedReading
-from qflow.ir import activations, copy_chains, delegate, gains
+from qflow.ir import activations, copy_chains, delegate, gains, quantized_embedding
 from qflow.ir.fx_nodes import (
     DOMAIN_FREE_DTYPES,
     SLICES,
@@ -53,6 +54,7 @@ from qflow.ir.fx_nodes import (
     target_name,
     tensor_args,
     val_dtype,
+    val_of,
 )
 from qflow.ops import (
     CASTS,
@@ -338,6 +340,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
             self._add_dequantize(node)
         elif cls is OpClass.UNKNOWN and base_name(target_name(node)) in CONTROL_FLOW:
             self._add_control_flow(node)
+        elif cls is OpClass.UNKNOWN and base_name(target_name(node)) in quantized_embedding.BITS:
+            self._add_quantized_embedding(node)
         elif cls is OpClass.PASSTHROUGH and self._flow_result(node) is not None:
             self._add_flow_result(node)
         elif self.form == "folded":
@@ -746,6 +750,22 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         self._value(node, cls, float_fact())
         for i, j, a in tensor_args(node):
             self._use(a, node, arg_label(i, j), FLOAT, True)
+
+    def _add_quantized_embedding(self, node: fx.Node) -> None:
+        """A quantized embedding kernel: real rows dequantized from constant codes by its own scales."""
+        a = list(node.args) + [None] * 6
+
+        def shape(x: Any) -> tuple[int, ...] | None:
+            v = val_of(x) if isinstance(x, fx.Node) else None
+            return tuple(int(d) for d in v.shape) if isinstance(v, torch.Tensor) else None
+
+        op = base_name(target_name(node))
+        found = quantized_embedding.problems(op, shape(a[0]) or (), shape(a[1]), shape(a[2]), a[3], a[4], shape(node))
+        self._value(node, OpClass.COMPUTE, float_fact())
+        for i, j, x in tensor_args(node):
+            if x.name in self.dg.g:
+                self.dg.add_use(x.name, node.name, arg_label(i, j))
+        quantized_embedding.oblige(self.dg, node.name, op, found)
 
     def _add_unknown(self, node: fx.Node, claim: Domain | None) -> None:
         what = target_name(node) if node.op == "call_function" else f"{node.op} {node.target}"

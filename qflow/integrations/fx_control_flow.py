@@ -18,6 +18,7 @@ import torch.fx as fx
 from qflow import bounds
 from qflow.domain import Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, float_fact
+from qflow.ir import quantized_embedding
 from qflow.ir.fx_nodes import (
     DOMAIN_FREE_DTYPES,
     Consts,
@@ -60,6 +61,7 @@ class ControlFlowReading:
             and (
                 classify(target_name(n)) in (OpClass.QUANTIZE, OpClass.DEQUANTIZE, OpClass.DELEGATE)
                 or base_name(target_name(n)) in CONTROL_FLOW
+                or base_name(target_name(n)) in quantized_embedding.BITS
             )
         ]
         outs = val_of(node)

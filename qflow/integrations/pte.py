@@ -31,6 +31,7 @@ from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
 from qflow.integrations import pte_weight_codes
+from qflow.ir import quantized_embedding
 from qflow.ir.payload_io import PayloadIO, PayloadSite
 from qflow.ir.pte_program import ITEMSIZE, SCALAR_TYPES, Call, Delegate, EValue, Plan, PteProgram, is_pte, read_pte
 from qflow.ops import MULTI_INPUT_IDENTITY, OpClass, base_name, classify, code_sources
@@ -250,6 +251,9 @@ class _Builder:
             else:
                 self.use(x, name, "args[0]", d, None, allow_float=True)
             return
+        if base in quantized_embedding.BITS:
+            self.quantized_embedding(call, base, name, first, ins)
+            return
         is_float = bool(ev_out.dtype and ev_out.dtype.startswith(("float", "bfloat")))
         rewriter = targets.for_kernel(call.name)
         if rewriter is not None and ev_out.dtype not in _DOMAIN_FREE:  # (the target's to read, never generic)
@@ -282,6 +286,23 @@ class _Builder:
                     self.dg.add_use(self.names[i], name, "input")
         for k, extra in enumerate(outs[1:], 1):  # further outputs of one kernel (split, topk, ...)
             self.add(extra, f"{name}.{k}", call.name, self.dg.value(name).op_class, self.dg.value(name).definition)
+
+    def quantized_embedding(self, call: Call, op: str, name: str, out: int, ins: list[int]) -> None:
+        """A quantized embedding kernel (`qflow.ir.quantized_embedding`): real rows from its constant codes."""
+        a = [self.plan.value(i) for i in call.args] + [None] * 6
+
+        def shape(ev: EValue | None) -> tuple[int, ...] | None:
+            return ev.sizes if ev is not None and ev.kind == "Tensor" else None
+
+        found = quantized_embedding.problems(
+            op, shape(a[0]) or (), shape(a[1]), shape(a[2]), getattr(a[3], "value", None),
+            getattr(a[4], "value", None), self.ev(out).sizes,
+        )  # fmt: skip
+        self.add(out, name, call.name, OpClass.COMPUTE, float_fact())
+        for i in ins:
+            if i in self.names:
+                self.dg.add_use(self.names[i], name, "input")
+        quantized_embedding.oblige(self.dg, name, op, found)
 
     def _reals_only(self, tensors: list[int]) -> bool:
         """Is every tensor float, or an integer kind that never holds codes (positions, masks)?"""

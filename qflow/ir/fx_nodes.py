@@ -316,9 +316,12 @@ def tensor_args(node: fx.Node) -> Iterator[tuple[int, int | None, fx.Node]]:
 
 
 def control_flow_operands(node: fx.Node) -> list[Any] | None:
-    """What a cond / while_loop hands its subgraphs, in their placeholders' order (a loop's carried
-    variables, then its additional inputs); None for any other node, or one not written as torch writes them."""
+    """What a cond / while_loop / wrap_with_set_grad_enabled hands its subgraphs, in their placeholders'
+    order (a loop's carried variables, then its additional inputs); None for any other node, or one not
+    written as torch writes them."""
     what = base_name(target_name(node)) if node.op == "call_function" else None
+    if what == "wrap_with_set_grad_enabled":  # (enabled, subgraph, *operands): runs it once
+        return list(node.args[2:])
     if what not in ("cond", "while_loop") or len(node.args) != 4:
         return None
     lists = node.args[2:] if what == "while_loop" else node.args[3:]
