@@ -15,6 +15,8 @@ that loads at all, an error at the program's node, and prove the clean program.
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -236,3 +238,22 @@ def test_every_payload_weight_mutant_that_changes_the_output_is_an_error(program
                 missed.append(f"{m.label} ({form})")
     assert changed, "no mutant changed the output: the mutation test tests nothing"
     assert not missed, f"output-changing mutants qflow proves: {missed}"
+
+
+def test_the_cli_checks_a_pte_against_its_pt2(programs, tmp_path) -> None:
+    """`qflow check model.pte --reference model.pt2`: exit 0 on the clean 8da4w program, 1 with one scale
+    doubled in the `.pte`'s named data (the first mutant that changes the output), naming the kind."""
+    p = programs["8da4w"]
+    torch.export.save(p.exported, tmp_path / "model.pt2")
+    doubled = next(m for m in mutants(p.edge) if "doubled" in m.label)
+    with _mutated(doubled):
+        (tmp_path / "bad.pte").write_bytes(xnnpack.to_executorch(p.edge).buffer)
+    (tmp_path / "model.pte").write_bytes(p.pte)
+
+    def check(pte: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "qflow", "check", str(tmp_path / pte), "--reference", str(tmp_path / "model.pt2")]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+    clean, bad = check("model.pte"), check("bad.pte")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert bad.returncode == 1 and "payload-weight-mismatch" in bad.stdout, bad.stdout + bad.stderr
