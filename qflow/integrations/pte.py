@@ -381,7 +381,7 @@ class _Builder:
         )
         if io.graph is not None:
             self.dg.absorb(io.graph, prefix)
-        self.check_constants(d, prefix)
+        self.check_against_reference(d, prefix)
         if io.anchored and io.inputs is not None:
             self.anchored.append((d, call_name, ins, outs))
         for i in ins:
@@ -576,11 +576,12 @@ class _Builder:
             if out is not None and dom is not None and not dom.is_float:
                 self.dg.value(out).definition = Definition(DefKind.FACT, dom, real=False)
 
-    def check_constants(self, d: Delegate, prefix: str) -> None:
-        """With the program the .pte was lowered from, the backend checks the constants a payload
-        keeps (its own or in the .pte's named data) against that program's (``check_constants``)."""
+    def check_against_reference(self, d: Delegate, prefix: str) -> None:
+        """With the program the .pte was lowered from, the backend checks what a payload keeps (its
+        constants, in it or in the .pte's named data) and no longer says against what that program
+        declares (``check_against_reference``)."""
         t = targets.for_backend(d.backend_id)
-        check = t.hook("check_constants") if t is not None else None
+        check = t.hook("check_against_reference") if t is not None else None
         if t is not None and check is not None and (reference := self._reference(t)) is not None:
             check(self.dg, d, prefix, reference, self.prog.named_data)
 

@@ -169,8 +169,8 @@ class Target:
         ``add_artifact_evidence(dg, gm, call, lowered, prefix, reference)`` (check the artifact),
         ``read_reference(ep)`` (what a `reference=` program declares, for the reader and the check),
         ``read_payload(delegate, fed, declared)`` / ``check_payload(dg, delegate, site)`` (a .pte's
-        payload and its IO), ``check_constants(dg, delegate, prefix, reference, named_data)`` (a .pte
-        payload's constants against what ``read_reference`` read),
+        payload and its IO), ``check_against_reference(dg, delegate, prefix, reference, named_data)`` (a
+        .pte payload against what ``read_reference`` read),
         ``left_without_domain(producer, producer_op, activation) -> str`` (a finding's consequence),
         ``predict_boundaries(program, partitioner, name) -> Report`` (before partitioning),
         ``read_node(dg, node, consts, reference) -> bool`` (read a kernel the backend emits in place,

@@ -117,3 +117,34 @@ def test_through_a_dynamic_quantization_it_is_unproven() -> None:
     found = [(f.kind, f.severity) for f in report.findings if f.severity != "info"]
     assert found == [("ignored-op-variant", "warning")], str(report)
     assert any("meets a quantization's rounding" in f.message for f in report.findings), str(report)
+
+
+def _pte_verdicts(model: torch.nn.Module, x: tuple[torch.Tensor, ...], exported: object) -> tuple[object, object]:
+    """The `.pte` of `exported`, alone and against `exported` (reference=)."""
+    pte = xnnpack.to_executorch(xnnpack.lower(exported, x)).buffer
+    return qflow.analyze(pte, target="xnnpack"), qflow.analyze(pte, target="xnnpack", reference=exported)
+
+
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+def test_the_pte_says_it_with_its_program(approximate) -> None:
+    """The payload names an XNNGelu either way: alone, the .pte proves (its variant is gone); with the
+    program that asked for tanh it is unproven at the XNNPACK node, as before lowering; for the exact
+    GELU it proves."""
+    exported = torch.export.export(Gelu(approximate), X)
+    alone, checked = _pte_verdicts(Gelu(approximate), X, exported)
+    assert not [f for f in alone.findings if f.kind == "ignored-op-variant"], str(alone)
+    found = [(f.kind, f.severity) for f in checked.findings if f.kind == "ignored-op-variant"]
+    assert found == ([("ignored-op-variant", "warning")] if approximate == "tanh" else []), str(checked)
+    if approximate == "tanh":
+        assert checked.findings[0].node.endswith(":XNNGelu") and checked.status == "unproven"
+
+
+def test_the_pte_of_a_stock_quantized_program_rounds_the_gap_away() -> None:
+    """The stock XNNPACKQuantizer's program of the test above: in its payload the GELU's output is
+    converted to int8 codes of a step far above twice the gap: proved, with the info finding."""
+    torch.manual_seed(0)
+    x = (torch.randn(4, 16),)
+    ep = torch.export.export(xnnpack.quantize(LinearGeluLinear().eval(), x), x)
+    _, checked = _pte_verdicts(LinearGeluLinear(), x, ep)
+    assert checked.proved, str(checked)
+    assert [f.severity for f in checked.findings if f.kind == "ignored-op-variant"] == ["info"], str(checked)

@@ -7,8 +7,8 @@ from typing import Any
 
 from qflow.ir.payload_io import PayloadIO
 from qflow.ir.pte_program import Delegate
+from qflow.targets.xnnpack import TARGET, reference
 from qflow.targets.xnnpack import payload as xnn
-from qflow.targets.xnnpack import weights
 
 
 def read_payload(d: Delegate, fed: list[str], declared: list[str]) -> PayloadIO:
@@ -40,13 +40,12 @@ def add_artifact_evidence(dg: Any, gm: Any, call: Any, lowered: Any, prefix: str
 
 
 def read_reference(ep: Any) -> Any:
-    """The quantized weights of the program a .pte was lowered from (`lowered.reference_weights`)."""
-    from qflow.targets.xnnpack.lowered import reference_weights
+    """What the program a .pte was lowered from declares (`lowered.read_reference`)."""
+    from qflow.targets.xnnpack.lowered import read_reference as read
 
-    return reference_weights(ep)
+    return read(ep)
 
 
-def check_constants(dg: Any, d: Delegate, prefix: str, reference: Any, named_data: Any) -> None:
-    """A payload's weights in a .pte, with the named data the .pte carries, against the reference
-    program's (`weights.check_against`)."""
-    weights.check_against(dg, xnn.read_payload(d.payload), prefix, reference, named_data)
+def check_against_reference(dg: Any, d: Delegate, prefix: str, ref: Any, named_data: Any) -> None:
+    """A payload in a .pte, with the named data the .pte carries, against its reference (`reference.check`)."""
+    reference.check(dg, xnn.read_payload(d.payload), prefix, ref, named_data, TARGET.ignored_variants)

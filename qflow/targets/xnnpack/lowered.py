@@ -1,5 +1,6 @@
-"""A lowered XNNPACK delegate (`LoweredBackendModule`): its payload's quantized weights, with the
-named data the lowering wrote beside it, checked against its partition's program (`weights`)."""
+"""The torch side of the XNNPACK checks: a lowered delegate's (`LoweredBackendModule`) payload
+weights, with the named data the lowering wrote beside it, checked against its partition's program
+(`weights`); and what a `.pte`'s reference program declares (`reference.Reference`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import torch.fx as fx
 from qflow.graph import DomainGraph
 from qflow.ir.fx_nodes import Consts, target_name
 from qflow.ops import base_name
+from qflow.targets.xnnpack import TARGET, weights
 from qflow.targets.xnnpack import payload as xnn
-from qflow.targets.xnnpack import weights
+from qflow.targets.xnnpack.reference import Reference
 
 
 def add_artifact_evidence(
@@ -39,11 +41,21 @@ _WEIGHT_ARG = {"linear": 1, "convolution": 1, "conv2d": 1, "addmm": 2, "mm": 1}
 _CODES_IN_ORDER = frozenset({"linear", "convolution", "conv2d"})
 
 
-def reference_weights(ep: Any) -> tuple[tuple[str, weights.Weight], ...]:
-    """Every quantized weight of the program a .pte was lowered from (and of its delegates'
-    partitions, when it is itself a lowered program), by node name."""
+def read_reference(ep: Any) -> Reference:
+    """What the program a .pte was lowered from (and its delegates' partitions, when it is itself a
+    lowered program) declares: every quantized weight, and the nodes asking for a variant XNNPACK ignores."""
     programs = [ep, *(m.original_module for _, m in ep.graph_module.named_children() if hasattr(m, "original_module"))]
-    return tuple((node.name, w) for p in programs for node, w in _weighted(p))
+    asked: dict[str, list[str]] = {}
+    for p in programs:
+        for node in p.graph.nodes:
+            op = base_name(target_name(node)) if node.op == "call_function" else ""
+            v = TARGET.ignored_variants.get(op)
+            if v is not None and node.kwargs.get(v.argument) == v.value:
+                asked.setdefault(op, []).append(node.name)
+    return Reference(
+        tuple((node.name, w) for p in programs for node, w in _weighted(p)),
+        tuple((op, tuple(names)) for op, names in asked.items()),
+    )
 
 
 def program_weights(ep: Any) -> dict[int, tuple[str, weights.Weight]]:
