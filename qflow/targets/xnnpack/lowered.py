@@ -4,6 +4,7 @@ weights, with the named data the lowering wrote beside it, checked against its p
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -105,10 +106,10 @@ def _declared(kind: str, dq: fx.Node, codes: torch.Tensor, consts: Consts) -> we
     args, numel = dq.args, codes.numel()
     if kind == "dequantize_affine":
         scale, zp = tensor(args[2]), tensor(args[3]) if len(args) > 3 else None
-        block = list(args[1])
+        block = [int(b) for b in args[1]]
         group = numel // scale.numel() if scale is not None and scale.numel() else 0
-        if block and block[-1] != group and max(block) != group:
-            return None  # blocks along another dimension than each row's inputs
+        if group != numel and (not block or block[0] != 1 or math.prod(block) != group):
+            return None  # blocks that span output channels: not a layout XNNPACK reads
     elif kind == "dequantize_per_channel_group" and len(args) > 6:
         scale, zp, group = tensor(args[1]), tensor(args[2]), int(args[6])
     elif kind == "dequantize_per_channel":

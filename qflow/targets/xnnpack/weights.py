@@ -101,13 +101,18 @@ def payload_weight(g: XnnGraph, v: XnnValue, data: Callable[[str], bytes | None]
     return Weight(v.dims, tuple(scales), (0,) * len(scales), group, codes, fmt)
 
 
-def _in_payload_layout(program: Weight, node: XnnNode, dims: tuple[int, ...]) -> np.ndarray | None:
-    """The program's codes in the payload's layout for `node`, or None when not comparable."""
-    axes = LAYOUT.get(node.type)
+def _laid_out(program: Weight, node_type: str) -> np.ndarray | None:
+    """The program's codes in the layout a `node_type` payload node keeps them in, or None."""
+    axes = LAYOUT.get(node_type)
     if program.codes is None or axes is None or len(axes) != len(program.dims):
         return None
-    codes = np.frombuffer(program.codes, dtype=np.int8).reshape(program.dims).transpose(axes)
-    return codes if codes.shape == dims else None
+    return np.frombuffer(program.codes, dtype=np.int8).reshape(program.dims).transpose(axes)
+
+
+def _in_payload_layout(program: Weight, node: XnnNode, dims: tuple[int, ...]) -> np.ndarray | None:
+    """The program's codes in the payload's layout for `node`, or None when not comparable."""
+    codes = _laid_out(program, node.type)
+    return codes if codes is not None and codes.shape == dims else None
 
 
 def code_differences(payload: Weight, program: Weight, node: XnnNode) -> int | None:
@@ -190,14 +195,28 @@ def check_against(
     data: Callable[[str], bytes | None],
 ) -> None:
     """A payload in a .pte, against the program it was lowered from: each weight is matched to
-    the reference weight whose codes it agrees with most (a .pte keeps no link to the program's
-    nodes), and must be it. Reported at the XNNPACK node (``prefix/<index>:<type>``)."""
+    the reference weight with the same codes (a .pte keeps no link to the program's nodes; among
+    several, one whose scales agree too), else the one whose codes it agrees with most, and must be
+    it. Reported at the XNNPACK node (``prefix/<index>:<type>``)."""
+    same: dict[tuple[str, tuple[int, ...], bytes], list[tuple[str, Weight]]] = {}  # (type, layout) → weights
+    indexed: set[str] = set()
     for n, v in _weights(g):
         at = f"{prefix}/{n.label}"
         what = f"XNNPACK node {n.label} reads weight v{v.id} ({v.dtype} {list(v.dims)})"
         got = payload_weight(g, v, data)
         if isinstance(got, str):
             dg.oblige_unbounded(at, "weight", "payload-weight-mismatch", f"{what}: {got}", ())
+            continue
+        if n.type not in indexed:
+            indexed.add(n.type)
+            for name, w in reference:
+                if (mine := _laid_out(w, n.type)) is not None:
+                    key = (n.type, mine.shape, np.ascontiguousarray(mine).tobytes())
+                    same.setdefault(key, []).append((name, w))
+        exact = same.get((n.type, got.dims, got.codes or b""), [])
+        if exact:
+            name, want = min(exact, key=lambda nw: len(differences(got, nw[1], n)))
+            _oblige(dg, at, f"{what} (the reference's {name})", differences(got, want, n))
             continue
         scored = [(d, name, w) for name, w in reference if (d := code_differences(got, w, n)) is not None]
         if not scored:
