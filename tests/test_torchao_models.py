@@ -182,3 +182,16 @@ def test_the_weight_only_pte_is_an_error_at_each_delegate_that_drops_scales(prog
         dropped = [f for f in report.findings if f.kind == "miscompiled-lowering"]
         tiled = sum(int(re.search(r"is passed (\d+) constant", f.message)[1]) for f in dropped)
         assert tiled >= MODELS[model][2], str(report)  # (at least each linear's scales; a delegate may hold several)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("config", ["8da4w", "8da8w"])
+def test_the_dynamic_pte_proves_against_its_program_with_every_weight_checked(programs, model, config) -> None:
+    """With the program it was lowered from (`reference=`), each linear's payload weight (codes, and
+    scales from the .pte's named data) is matched to the program's and proved the same: one more
+    obligation per linear."""
+    p = programs[model, config]
+    alone = qflow.analyze(p["pte"], target="xnnpack")
+    checked = qflow.analyze(p["pte"], target="xnnpack", reference=p["exported"])
+    assert checked.status == "proved", str(checked)
+    assert checked.obligations["proved"] - alone.obligations["proved"] == MODELS[model][2], str(checked)
