@@ -88,16 +88,17 @@ def payload_weight(g: XnnGraph, v: XnnValue, data: Callable[[str], bytes | None]
             return f"weight v{v.id} has no readable quantization parameters"
         return Weight(v.dims, (dom.scale,), (int(dom.zero_point),), numel, codes)  # type: ignore[arg-type]
     fmt = "bfloat16" if v.blocks is not None and not v.inline_scales else "float32"
+    channel_dim = v.blocks.channel_dim if v.blocks is not None else (v.domain.axis if v.domain is not None else 0)
+    channels = v.dims[channel_dim] if v.dims else 1
+    group = v.blocks.group_size if v.blocks is not None else numel // max(channels, 1)
     if v.inline_scales:
         scales = v.inline_scales
     else:
         held = blob(v.scale_buffer)
         if held is None:
             return f"the scales of weight v{v.id} are in named data this program does not carry"
-        scales = _floats(held, fmt)
-    channel_dim = v.blocks.channel_dim if v.blocks is not None else (v.domain.axis if v.domain is not None else 0)
-    channels = v.dims[channel_dim] if v.dims else 1
-    group = v.blocks.group_size if v.blocks is not None else numel // max(channels, 1)
+        # (as many as the node says it reads: a segment may be padded)
+        scales = _floats(held, fmt)[: v.blocks.num_scales if v.blocks is not None else channels]
     return Weight(v.dims, tuple(scales), (0,) * len(scales), group, codes, fmt)
 
 
