@@ -1,5 +1,6 @@
 """The quantized weights in an XNNPACK payload, checked against the program (issue #28): a mutation
-test on the lowered program, each mutant run on the ExecuTorch runtime.
+test on the lowered program and on its `.pte` (against the program, `reference=`), each mutant run on
+the ExecuTorch runtime.
 
 Three programs, as users lower them: torchao 8da4w (int4 weights, scales per group of 32, kept as
 bfloat16 in named data), torchao 8da8w (int8 per-channel weights, float32 scales in named data)
@@ -8,8 +9,11 @@ edits one thing XNNPACK reads — a scale (doubled, or moved by one step of its 
 weight code, a group size, a group size with a scale count that tiles it — in the named data the
 program serializes or in the payload's flatbuffer, in place. Measured (2026-11-27, torch 2.13.0,
 torchao 0.18.0, executorch 1.5.1): how each mutant's output differs from the clean program's on the
-runtime, or that the runtime refuses it; qflow must call every mutant that changes the output, or
-that loads at all, an error at the program's node, and prove the clean program.
+runtime, or that the runtime refuses it (a group size that does not tile the weight); qflow must call
+every mutant that changes the output, or that the runtime refuses, an error (at the program's node
+when lowered, at the XNNPACK node in the `.pte`), and prove the clean program. A mutant that changes
+nothing on the test input (a channel the relu after it zeroes; a bias's per-channel scales, which
+XNNPACK does not read) is not counted either way.
 """
 
 from __future__ import annotations
