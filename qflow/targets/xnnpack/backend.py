@@ -34,6 +34,7 @@ def read_payload(d: Delegate, fed: list[str], declared: list[str]) -> PayloadIO:
 
 
 def add_artifact_evidence(dg: Any, gm: Any, call: Any, lowered: Any, prefix: str, reference: Any = None) -> None:
+    """A lowered delegate's payload weights against its partition's program (`lowered.add_artifact_evidence`)."""
     from qflow.targets.xnnpack.lowered import add_artifact_evidence as add
 
     add(dg, gm, call, lowered, prefix, reference)
