@@ -485,7 +485,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--reference",
         metavar="PT2",
-        help="with .pte programs: the torch.export.save'd PT2E program (.pt2) they were lowered from. A TOSA "
+        help="with .pte programs: the program they were lowered from, a torch.export.save'd .pt2 or the "
+        "ETRecord ExecuTorch writes with generate_etrecord=True (export_llm: debug.generate_etrecord=true). "
+        "An XNNPACK payload's quantized weights and scales are checked against it. A TOSA "
         "payload keeps its weights as bare codes; each one whose values are those of exactly one quantized "
         "constant of PT2 takes its scales, so the artifact check can prove what depends on them. A Cortex-M "
         ".pte is checked against PT2 lowered again (CortexMPassManager), instruction by instruction",

@@ -5,6 +5,7 @@ KV cache and custom SDPA, lowered to XNNPACK — the `.pte` most users ship. It 
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -12,15 +13,23 @@ from pathlib import Path
 import pytest
 
 import qflow
+from qflow.ir.pte_program import read_pte
+from qflow.targets.xnnpack.payload import read_payload
 
 PARAMS = {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 256, "multiple_of": 32}
 
 
 def _export_llm(
-    out: Path, kv_cache: bool, qmode: str = "8da4w", pt2e: str | None = None, embedding: str | None = None
+    out: Path,
+    kv_cache: bool,
+    qmode: str = "8da4w",
+    pt2e: str | None = None,
+    embedding: str | None = None,
+    etrecord: bool = False,
 ) -> Path:
     """`qmode`: torchao's `quantize_` mode; `pt2e`: a PT2E quantizer instead (`quantization.pt2e_quantize`);
-    `embedding`: `quantization.embedding_quantize` ("bits,group size")."""
+    `embedding`: `quantization.embedding_quantize` ("bits,group size"); `etrecord`: also write
+    `etrecord.bin` beside the `.pte` (`debug.generate_etrecord`)."""
     (out / "params.json").write_text(json.dumps({**PARAMS, "norm_eps": 1e-5}))
     kv = str(kv_cache).lower()
     cmd = [
@@ -30,6 +39,7 @@ def _export_llm(
         *([f"quantization.pt2e_quantize={pt2e}"] if pt2e else [f"quantization.qmode={qmode}",
                                                              "quantization.group_size=32"]),
         *([f"quantization.embedding_quantize='{embedding}'"] if embedding else []),
+        *(["debug.generate_etrecord=true"] if etrecord else []),
         "export.max_seq_length=64", "export.max_context_length=64",
         f"export.output_dir={out}", "export.output_name=tiny.pte", f"hydra.run.dir={out}",
     ]  # fmt: skip
@@ -40,8 +50,9 @@ def _export_llm(
 
 @pytest.fixture(scope="session")
 def tiny_8da4w_pte(tmp_path_factory) -> Path:
-    """With the KV cache and custom SDPA (`llama::custom_sdpa`, `llama::update_cache`)."""
-    return _export_llm(tmp_path_factory.mktemp("llm"), kv_cache=True)
+    """With the KV cache and custom SDPA (`llama::custom_sdpa`, `llama::update_cache`), and the
+    ETRecord beside it."""
+    return _export_llm(tmp_path_factory.mktemp("llm"), kv_cache=True, etrecord=True)
 
 
 @pytest.fixture(scope="session")
@@ -58,6 +69,45 @@ def test_the_8da4w_llm_pte_proves_with_its_quantized_linears_counted(pte: str, r
     # every linear of the two layers and the head: int4 per-group weights, bf16 scales in the payload
     linears = [f for f in report.findings if f.kind == "rounded-weight-scales"]
     assert len(linears) == 2 * 7 + 1, [f.node for f in linears]
+
+
+def _one_scale_doubled(pte: Path, out: Path) -> Path:
+    """`pte` with the first bfloat16 scale of the first delegate's first int4 weight doubled, in the file."""
+    data = bytearray(pte.read_bytes())
+    program = read_pte(bytes(data))
+    payload = read_payload(next(p for p in program.plans if p.name == "forward").delegates[0].payload)
+    weight = next(v for v in payload.values.values() if v.blocks is not None)
+    scales = program.named_data(payload.constant_keys[weight.scale_buffer])
+    at = data.find(scales)
+    assert at > 0 and data.find(scales, at + 1) == -1
+    struct.pack_into("<H", data, at, struct.unpack_from("<H", data, at)[0] + 0x80)  # bf16 exponent + 1
+    out.write_bytes(data)
+    return out
+
+
+def test_the_llm_pte_is_checked_against_the_etrecord_export_llm_writes(tiny_8da4w_pte, tmp_path) -> None:
+    """A `.pte` alone has no program to check its weights against; export_llm keeps none but the
+    ETRecord (`debug.generate_etrecord=true`), which holds the program before to_edge. With it
+    (`reference=`, `--reference etrecord.bin`) each payload weight is checked against the
+    program's: 15 more obligations, proved; one doubled scale in the file is an error. (The
+    runtime's output on such a mutant is measured in tests/contracts/test_xnnpack_weight_params.py;
+    this model's random weights give -inf logits either way.)"""
+    etrecord = tiny_8da4w_pte.parent / "etrecord.bin"
+    alone = qflow.analyze(tiny_8da4w_pte, target="xnnpack")
+    checked = qflow.analyze(tiny_8da4w_pte, target="xnnpack", reference=etrecord)
+    assert checked.status == "proved", str(checked)
+    assert checked.obligations["proved"] == alone.obligations["proved"] + 2 * 7 + 1
+    bad = _one_scale_doubled(tiny_8da4w_pte, tmp_path / "bad.pte")
+    assert qflow.analyze(bad, target="xnnpack").status == "proved"  # (nothing to compare with)
+    report = qflow.analyze(bad, target="xnnpack", reference=etrecord)
+    assert [(f.kind, f.node) for f in report.errors] == [
+        ("payload-weight-mismatch", "forward/delegate_0/3:XNNFullyConnected")
+    ], str(report)
+    cli = [sys.executable, "-m", "qflow", "check", "--reference", str(etrecord)]
+    clean = subprocess.run([*cli, str(tiny_8da4w_pte)], capture_output=True, text=True, timeout=600)
+    mutant = subprocess.run([*cli, str(bad)], capture_output=True, text=True, timeout=600)
+    assert clean.returncode == 0, clean.stdout[-2000:] + clean.stderr[-2000:]
+    assert mutant.returncode == 1 and "payload-weight-mismatch" in mutant.stdout, mutant.stderr[-2000:]
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,13 @@ log = logging.getLogger(__name__)
 
 def graph_module_of(obj: Any) -> tuple[fx.GraphModule, Any | None]:
     """(graph module, ExportedProgram or None) for a GraphModule, an
-    ExportedProgram, an ExecuTorch EdgeProgramManager or a .pt2 path (read
-    for checking: see `read_program`)."""
+    ExportedProgram, an ExecuTorch EdgeProgramManager, an ETRecord (its program
+    from before to_edge) or a .pt2 / ETRecord path (read for checking: see
+    `read_program`)."""
     if isinstance(obj, (str, Path)):
         obj = read_program(obj)
+    if hasattr(obj, "edge_dialect_program") and hasattr(obj, "exported_program"):  # an ETRecord
+        obj = etrecord_program(obj, "the ETRecord")
     if isinstance(obj, fx.GraphModule):
         return obj, None
     if isinstance(obj, (torch.export.ExportedProgram, pt2.SavedProgram)):
@@ -65,6 +69,8 @@ def read_program(path: str | Path) -> Any:
     ExportedProgram from `load_program`. Both carry the same graph; only the
     latter can be run, lowered or repaired."""
     _check_path(Path(path))
+    if is_etrecord(path):
+        return read_etrecord(path)
     _register_quant_ops()
     try:
         return pt2.read(path)
@@ -73,14 +79,49 @@ def read_program(path: str | Path) -> Any:
     return load_program(path)
 
 
+def is_etrecord(path: str | Path) -> bool:
+    """An ExecuTorch ETRecord (the debug record `generate_etrecord=True` writes: a zip file with an
+    ``ETRECORD_V0`` entry beside the programs it keeps)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            return "ETRECORD_V0" in z.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def read_etrecord(path: str | Path) -> torch.export.ExportedProgram:
+    """The program an ETRecord keeps from before to_edge: what its `.pte` was lowered from, written by
+    ExecuTorch itself (`to_edge_transform_and_lower(..., generate_etrecord=True)`, export_llm's
+    `debug.generate_etrecord=true`), so a `.pte` whose export kept no .pt2 can still be checked
+    against its program. Unpickles like `load_program`: trusted sources only."""
+    from executorch.devtools.etrecord import parse_etrecord
+
+    with library_noise():
+        try:
+            record = parse_etrecord(str(path))
+        except Exception as e:  # (a damaged record: ExecuTorch raises many kinds)
+            raise InputError(f"{path}: cannot read the ETRecord: {type(e).__name__}: {e}") from e
+    return etrecord_program(record, str(path))
+
+
+def etrecord_program(record: Any, where: str) -> torch.export.ExportedProgram:
+    """An ETRecord's program from before to_edge (its edge program is the lowered one: no reference)."""
+    if record.exported_program is None:
+        raise InputError(
+            f"{where}: the ETRecord keeps no program from before to_edge (it is written with one by "
+            "to_edge_transform_and_lower(..., generate_etrecord=True))"
+        )
+    return record.exported_program
+
+
 def _check_path(p: Path) -> None:
     """InputError for what is no .pt2 archive at all."""
     if p.is_dir():
         raise InputError(f"{p}: is a directory, not a .pt2 program")
     if not p.is_file():
         raise InputError(f"{p}: no such file")
-    import zipfile
-
     if is_pte(p):
         raise InputError(
             f"{p}: an ExecuTorch program (.pte): `qflow check` / qflow.analyze read it as shipped; "
