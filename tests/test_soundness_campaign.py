@@ -219,7 +219,7 @@ TORCHAO_CASES: dict[str, tuple[str, str, str]] = {
     "00003-tao-int8wo": ("miscompile", "error", "weight-only int8: the same, every linear"),
     "00123-tao-int8wo": ("exact", "proved", "a weight-only linear no output depends on: dead code, lands nothing"),
     "00116-tao-8da8w": ("miscompile", "warning", "a tanh GELU computed as the exact one, into a float output"),
-    "00004-tao-int8dyn": ("lowering-failed", "warning", "Int8DynamicActivationInt8WeightConfig: _int_mm refused"),
+    "00004-tao-int8dyn": ("lowering-failed", "proved", "int8 x int8 dynamic: integer matmul, refused by to_edge"),
 }
 
 

@@ -7,29 +7,37 @@ Measured (2026-11-26, torchao 0.18.0, executorch 1.5.1): the dynamic configs (8d
 right and qflow proves them before lowering, lowered and as a `.pte`; both weight-only configs
 miscompute by orders of magnitude (the weights' scales are lost at lowering), or are refused
 when they run (int8 on the ViT), and qflow says so at every linear before lowering and lowered,
-and at each delegate of the `.pte` that is passed those scales unread.
+and at each delegate of the `.pte` that is passed those scales unread. The fourth config,
+int8 dynamic × int8 weights, exports torchao's integer matmul recipe (`aten._int_mm`), which
+`to_edge` refuses (not Core ATen): qflow proves it before lowering, and calls each mutant of the
+recipe that changes the eager output an error (or leaves it unproven), never proved.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import re
+from collections.abc import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
+from executorch.exir.verification.verifier import SpecViolationError
 from torch import nn
 from torchao.quantization import quantize_
 from torchao.quantization.granularity import PerAxis, PerGroup
 from torchao.quantization.quant_api import (
+    Int8DynamicActivationInt8WeightConfig,
     Int8DynamicActivationIntxWeightConfig,
     Int8WeightOnlyConfig,
     IntxWeightOnlyConfig,
 )
 
 import qflow
+from qflow.ir import int_matmul
 from qflow.targets.xnnpack import pipeline as xnnpack
 
 #: float32 rounding, relative to the output's magnitude (fixed, not read from what is measured)
@@ -195,3 +203,101 @@ def test_the_dynamic_pte_proves_against_its_program_with_every_weight_checked(pr
     checked = qflow.analyze(p["pte"], target="xnnpack", reference=p["exported"])
     assert checked.status == "proved", str(checked)
     assert checked.obligations["proved"] - alone.obligations["proved"] == MODELS[model][2], str(checked)
+
+
+@pytest.fixture(scope="module")
+def int8_dynamic() -> dict[str, tuple[torch.export.ExportedProgram, tuple[torch.Tensor, ...]]]:
+    """Per model: the program `Int8DynamicActivationInt8WeightConfig` exports, and its input."""
+    out = {}
+    for name, (make, example, _) in MODELS.items():
+        torch.manual_seed(0)
+        model, inputs = make().eval(), example()
+        quantize_(model, Int8DynamicActivationInt8WeightConfig())
+        out[name] = torch.export.export(model, inputs), inputs
+    return out
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("target", ["xnnpack", None])
+def test_the_int8_dynamic_recipe_proves_at_every_linear(int8_dynamic, model, target) -> None:
+    """Each linear is torchao's integer matmul: codes shifted into uint8, `aten._int_mm`, the shift
+    taken out, the accumulator scaled by the token's and the weight's scales — exact integer
+    arithmetic, one obligation per linear (it was `unknown-op`)."""
+    report = qflow.analyze(int8_dynamic[model][0], target=target)
+    assert report.status == "proved", str(report)
+    assert not [f for f in report.findings if f.kind == "unknown-op"], str(report)
+    dg = qflow.api.domain_graph(int8_dynamic[model][0], target=target)
+    recipes = [o for o in dg.obligations if o.finding_kind == "kernel-argument-mismatch" and o.holds]
+    assert len(recipes) == MODELS[model][2]
+
+
+def test_to_edge_refuses_the_int8_dynamic_recipe(int8_dynamic) -> None:
+    """Measured: lowering it is loud (the torchao campaign's 179 refusals), never a silent miscompile."""
+    with pytest.raises(SpecViolationError, match="_int_mm"):
+        to_edge_transform_and_lower(int8_dynamic["llama"][0], partitioner=[XnnpackPartitioner()])
+
+
+def _recipe_mutants() -> dict[str, Callable[[torch.fx.Graph, int_matmul.IntMatmul], None]]:
+    """Edits of one recipe, each a way its pieces can disagree."""
+
+    def op(r: int_matmul.IntMatmul, name: str) -> torch.fx.Node:
+        return next(n for n in r.inner if n.target == getattr(torch.ops.aten, name).Tensor)
+
+    def offset(g: torch.fx.Graph, r: int_matmul.IntMatmul) -> None:
+        add = op(r, "add")
+        add.args = (add.args[0], 127)
+
+    def taken_out(g: torch.fx.Graph, r: int_matmul.IntMatmul) -> None:
+        mul = op(r, "mul")
+        mul.args = (mul.args[0], 64)
+
+    def next_mul(n: torch.fx.Node) -> torch.fx.Node:  # (through casts)
+        u = next(u for u in n.users if "assert" not in str(u.target))
+        return u if u.target == torch.ops.aten.mul.Tensor else next_mul(u)
+
+    def scaled(which: int) -> Callable[[torch.fx.Graph, int_matmul.IntMatmul], None]:
+        def edit(g: torch.fx.Graph, r: int_matmul.IntMatmul) -> None:
+            mul = next_mul(r.result)  # by the token's scale, then by the weight's
+            mul = next_mul(mul) if which else mul
+            with g.inserting_before(mul):
+                doubled = g.call_function(torch.ops.aten.mul.Tensor, (mul.args[1], 2.0))
+            doubled.meta = dict(mul.args[1].meta)
+            mul.args = (mul.args[0], doubled)
+
+        return edit
+
+    def asymmetric(g: torch.fx.Graph, r: int_matmul.IntMatmul) -> None:
+        chooser = r.quantize.args[3].args[0]
+        chooser.args = (chooser.args[0], "ASYMMETRIC", *chooser.args[2:])
+
+    def no_correction(g: torch.fx.Graph, r: int_matmul.IntMatmul) -> None:
+        sub = next(n for n in r.inner if "sub" in str(n.target))
+        sub.args = (sub.args[0], 0)
+
+    return {
+        "offset 127": offset, "128 × Σw → 64 × Σw": taken_out, "token scale ×2": scaled(0),
+        "weight scale ×2": scaled(1), "asymmetric codes": asymmetric, "no correction": no_correction,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("mutant", _recipe_mutants())
+def test_every_int8_dynamic_recipe_mutant_that_changes_the_output_is_an_error(int8_dynamic, mutant) -> None:
+    """Each mutant edits the first linear's recipe of the exported Llama-shaped program and runs it in
+    eager PyTorch: it changes the output, and qflow calls it an error at that recipe — or, where the
+    edit leaves no recipe to recognise (no correction at all), unproven. Never proved."""
+    ep, inputs = int8_dynamic["llama"]
+    clean = ep.module()(*inputs)
+    bad = copy.deepcopy(ep)
+    g = bad.graph_module.graph
+    first = next(n for n in g.nodes if n.target == torch.ops.aten._int_mm.default)
+    recipe = int_matmul.match(first, lambda n: True)
+    assert recipe is not None and not recipe.problems
+    _recipe_mutants()[mutant](g, recipe)
+    bad.graph_module.recompile()
+    with torch.no_grad():
+        assert float((bad.module()(*inputs) - clean).abs().max()) > 1e-3 * float(clean.abs().max())
+    report = qflow.analyze(bad, target="xnnpack")
+    if mutant == "no correction":
+        assert report.status == "unproven", str(report)
+    else:
+        assert [(f.kind, f.node) for f in report.errors] == [("kernel-argument-mismatch", recipe.result.name)]

@@ -35,7 +35,7 @@ from qflow.integrations import bias_domain, duplicate_users, ignored_variants, m
 from qflow.integrations.fx_control_flow import ControlFlowReading
 from qflow.integrations.fx_delegates import DelegateReading
 from qflow.integrations.fx_folded import FoldedReading
-from qflow.ir import activations, copy_chains, delegate, gains, quantized_embedding
+from qflow.ir import activations, copy_chains, delegate, gains, int_matmul, quantized_embedding
 from qflow.ir.fx_nodes import (
     DOMAIN_FREE_DTYPES,
     SLICES,
@@ -118,6 +118,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         #: quantizes whose requant a code copy drops and later copies carry (copy_chains)
         self._carried: dict[str, copy_chains.Carry] = {}
         self._carry = carry
+        #: torchao's integer matmul recipes, by each of their integer ops and their float result
+        self._int_matmuls: dict[fx.Node, int_matmul.IntMatmul] = {}
         #: what the caller knows of some placeholders (a folded control-flow subgraph's inputs)
         self._inputs = inputs or {}
         #: each folded control-flow node's results by index (fx_control_flow)
@@ -249,6 +251,10 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
 
     # -- build -------------------------------------------------------------------
     def build(self) -> DomainGraph:
+        for mm in self.gm.graph.find_nodes(op="call_function", target=torch.ops.aten._int_mm.default):
+            recipe = int_matmul.match(mm, self._from_constants)
+            if recipe is not None:
+                self._int_matmuls.update(dict.fromkeys([*recipe.inner, recipe.result], recipe))
         for node in self.gm.graph.nodes:
             if node.op == "output":
                 self.dg.outputs = [a.name for a in node.all_input_nodes if a.name in self.dg.g]
@@ -317,6 +323,9 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
     def _add(self, node: fx.Node) -> None:
         if node.op in ("placeholder", "get_attr"):
             self._add_leaf(node)
+            return
+        if node in self._int_matmuls:
+            self._add_int_matmul(node, self._int_matmuls[node])
             return
         cls = self._op_class(node)  # (UNKNOWN for a call_module)
         dt = getattr(node.meta.get("val"), "dtype", None)
@@ -766,6 +775,28 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
             if x.name in self.dg.g:
                 self.dg.add_use(x.name, node.name, arg_label(i, j))
         quantized_embedding.oblige(self.dg, node.name, op, found)
+
+    def _add_int_matmul(self, node: fx.Node, recipe: int_matmul.IntMatmul) -> None:
+        """torchao's integer matmul: its integer ops carry no domain of their own; the first reads the
+        activation's codes in their quantize's domain, and the float result is the accumulator,
+        real once scaled by those codes' scales (checked by the recipe: `kernel-argument-mismatch`)."""
+        if node is not recipe.result:
+            reason = f"integer arithmetic of the int8 matmul cast to float at {recipe.result.name}"
+            self._value(node, OpClass.COMPUTE, Definition(DefKind.FREE, reason=reason))
+            if recipe.codes in node.args:
+                self._use(recipe.codes, node, "args[0]", self._fact_domain(recipe.quantize), False)
+            return
+        mm = next(n for n in recipe.inner if base_name(target_name(n)) == "_int_mm")
+        d = Domain.run_time("int32", f"the accumulator of {mm.name}, scaled after by its codes' scales",
+                            *DTYPE_RANGE["int32"])  # fmt: skip
+        self._value(node, OpClass.DEQUANTIZE, Definition(DefKind.FACT, d, real=True))
+        detail = f"{node.name} casts {mm.name}'s int8 × int8 products of {recipe.quantize.name}'s codes to float"
+        found = recipe.problems
+        self.dg.oblige(
+            Obligation(ObligationKind.STRUCTURAL, node.name, node.name, expected=d,
+                       finding_kind="kernel-argument-mismatch", holds=not found,
+                       detail=f"{detail}, but " + "; ".join(found) + "." if found else f"{detail}: exact.")
+        )  # fmt: skip
 
     def _add_unknown(self, node: fx.Node, claim: Domain | None) -> None:
         what = target_name(node) if node.op == "call_function" else f"{node.op} {node.target}"

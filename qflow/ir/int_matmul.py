@@ -1,0 +1,147 @@
+"""torchao's integer matmul recipe (``Int8DynamicActivationInt8WeightConfig``): a linear computed on codes.
+
+The exported program quantizes each token of the input (``choose_qparams_affine`` + ``quantize_affine``,
+symmetric int8), shifts the codes into uint8 (``+ 128``), multiplies them with the int8 weight codes in
+``aten._int_mm``, takes the shift back out (``- 128 * Σw``), casts the int32 accumulator to float and
+scales it by the token's scale and the weight's per-channel scale. Every step is exact integer
+arithmetic, so the recipe is the linear of the dequantized operands when its pieces agree: the same
+offset added and taken out, codes that fit uint8 after the shift, a zero point of 0, and the scales
+multiplied in those of the codes it read. `match` recognises the recipe and says which pieces disagree;
+anything that is not this recipe is left to the ops' own rules (`aten._int_mm` stays an unknown op).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import fx
+
+from qflow.ir.fx_nodes import target_name, val_dtype
+from qflow.ops import CASTS, OpClass, base_name, classify
+
+_VIEWS = frozenset({"reshape", "view", "_unsafe_view", "view_copy", "flatten", "squeeze", "unsqueeze", "clone"})
+_TRANSPOSES = frozenset({"t", "permute", "transpose", "t_copy", "permute_copy"})
+_SUBS = frozenset({"sub", "sub_"})
+_ADDS = frozenset({"add", "add_"})
+_MULS = frozenset({"mul", "mul_"})
+_INNER = "access_subclass_inner_tensor"
+
+
+@dataclass(frozen=True)
+class IntMatmul:
+    """One recognised recipe: the quantize whose codes it reads, its integer ops and its float result."""
+
+    quantize: fx.Node  # the quantize of the activation (its codes' domain is what the recipe reads)
+    codes: fx.Node  # the node the recipe's first cast reads (the quantize, or a view of it)
+    inner: frozenset[fx.Node]  # the integer ops, from the cast of the codes to the accumulator
+    result: fx.Node  # the cast of the corrected accumulator to float
+    problems: tuple[str, ...]
+
+
+def _op(n: object) -> str:
+    return base_name(target_name(n)) if isinstance(n, fx.Node) and n.op == "call_function" else ""
+
+
+def _through(n: object, names: frozenset[str], seen: list[fx.Node]) -> object:
+    while isinstance(n, fx.Node) and _op(n) in names and n.args:
+        seen.append(n)
+        n = n.args[0]
+    return n
+
+
+def _cast_to(n: object, dtype: torch.dtype) -> fx.Node | None:
+    return n if isinstance(n, fx.Node) and _op(n) in CASTS and val_dtype(n) == dtype and n.args else None
+
+
+def _only_user(n: fx.Node) -> fx.Node | None:
+    """`n`'s one user (the checks torch.export adds on its metadata aside)."""
+    users = [u for u in n.users if not _op(u).startswith("_assert")]
+    return users[0] if len(users) == 1 else None
+
+
+def _int_arg(node: fx.Node, other: fx.Node) -> int | None:
+    """The integer `node` (an add / mul) combines `other` with."""
+    args = [a for a in node.args if a is not other]
+    return args[0] if len(args) == 1 and isinstance(args[0], int) and not isinstance(args[0], bool) else None
+
+
+def _inner_tensor(n: object) -> tuple[object, str] | None:
+    """(the parameter, the field) a torchao tensor subclass field is read from."""
+    if isinstance(n, fx.Node) and _op(n) == _INNER and len(n.args) >= 2:
+        return n.args[0], str(n.args[1])
+    return None
+
+
+def match(mm: fx.Node, is_constant: Callable[[fx.Node], bool]) -> IntMatmul | None:  # noqa: C901
+    """The recipe around ``aten._int_mm`` node `mm`, or None when it is not this recipe."""
+    if _op(mm) != "_int_mm" or len(mm.args) != 2:
+        return None
+    inner: list[fx.Node] = [mm]
+    shifted = _cast_to(mm.args[0], torch.uint8)
+    add = shifted.args[0] if shifted is not None else None
+    if not isinstance(add, fx.Node) or _op(add) not in _ADDS:
+        return None
+    wide = next((a for a in add.args if _cast_to(a, torch.int32) is not None), None)
+    offset = _int_arg(add, wide) if wide is not None else None
+    if offset is None:
+        return None
+    inner += [shifted, add, wide]  # type: ignore[list-item]
+    views: list[fx.Node] = []
+    codes = wide.args[0]
+    q = _through(codes, _VIEWS, views)
+    if not isinstance(q, fx.Node) or classify(target_name(q)) is not OpClass.QUANTIZE or not isinstance(codes, fx.Node):
+        return None
+    weight_t = mm.args[1]
+    w = _through(weight_t, _TRANSPOSES, [])
+    if not isinstance(w, fx.Node) or val_dtype(w) != torch.int8 or not is_constant(w):
+        return None
+    if (_inner_tensor(w) or (None, ""))[1] != "qdata":  # (a plain constant: its scales cannot be told)
+        return None
+    sub = _only_user(mm)
+    if sub is None or _op(sub) not in _SUBS or sub.args[0] is not mm or not isinstance(sub.args[1], fx.Node):
+        return None
+    correction = sub.args[1]
+    total = next((a for a in correction.args if _op(a) == "sum"), None) if _op(correction) in _MULS else None
+    if not isinstance(total, fx.Node) or total.args[0] is not weight_t:
+        return None
+    taken_out = _int_arg(correction, total)
+    result = _cast_to(_only_user(sub), torch.float32)
+    if result is None:
+        return None
+    inner += [sub, correction, total]
+    problems = []
+    if taken_out != offset:
+        problems.append(f"{offset} is added to the codes and {taken_out} × Σw taken out")
+    qmin, qmax = (q.args[5], q.args[6]) if len(q.args) >= 7 else (None, None)
+    if not (isinstance(qmin, int) and isinstance(qmax, int) and 0 <= qmin + offset and qmax + offset <= 255):
+        problems.append(f"codes of [{qmin}, {qmax}] plus {offset} do not fit the uint8 it casts them to")
+    problems += _scale_problems(q, w, result)
+    return IntMatmul(q, codes, frozenset(inner), result, tuple(problems))
+
+
+def _scale_problems(q: fx.Node, w: fx.Node, result: fx.Node) -> list[str]:
+    """The zero point must be 0, and the result scaled by the codes' own scales: the token's, the weight's."""
+    problems = []
+    scale, zero = (q.args[2], q.args[3]) if len(q.args) >= 4 else (None, None)
+    chooser = zero.args[0] if isinstance(zero, fx.Node) and _op(zero) == "getitem" else None
+    symmetric = isinstance(chooser, fx.Node) and len(chooser.args) > 1 and chooser.args[1] == "SYMMETRIC"
+    if not (zero is None or zero == 0 or symmetric):
+        problems.append(f"the codes' zero point {getattr(zero, 'name', zero)} is not 0, and nothing takes it out")
+    factors = []
+    at = result
+    for _ in range(2):
+        mul = _only_user(at)
+        if mul is None or _op(mul) not in _MULS:
+            break
+        other = next((a for a in mul.args if a is not at), None)
+        factors.append(_through(other, _VIEWS | CASTS, []))
+        nxt = _only_user(mul)
+        at = nxt if nxt is not None and _op(nxt) in CASTS else mul
+    parameter = w.args[0]
+    if scale not in factors:
+        problems.append(f"the accumulator is not scaled by {getattr(scale, 'name', scale)}, the scale of its codes")
+    if not any(_inner_tensor(f) == (parameter, "scale") for f in factors):
+        problems.append("the accumulator is not scaled by its weight's own scales")
+    return problems
