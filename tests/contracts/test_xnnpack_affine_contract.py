@@ -7,7 +7,10 @@ a dynamically quantized (per-token int8) linear with int8 per-channel weights ru
 float rounding of the eager model; with int4 per-group weights it is off by the bfloat16
 rounding of the group scales, which the payload keeps as bf16 — and exact once the eager
 model's scales are rounded the same way. A weight-only int4 linear miscomputes:
-the delegate computes with the raw codes as float weights (the scales dropped).
+the delegate computes with the raw codes as float weights (the scales dropped). A weight-only
+embedding (`IntxWeightOnlyConfig` on `nn.Embedding`) is not delegated — the partitioner has no
+embedding — and `to_executorch` refuses the program (no out variant of torchao's
+`dequantize_affine` on the CPU): loud, nothing computed wrong.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import pytest
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
+from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from torchao.quantization import quantize_
 from torchao.quantization.granularity import PerAxis, PerGroup
 from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig, IntxWeightOnlyConfig
@@ -136,3 +140,27 @@ def test_an_unmeasured_dynamic_lowering_is_unproven(lowered) -> None:
     report = qflow.analyze(lowered["8da4w-group32"].exported, target=unmeasured)
     assert report.status == "unproven", str(report)
     assert [f.kind for f in report.findings] == ["unvalidated-lowering"]
+
+
+@pytest.mark.parametrize("granularity", [PerGroup(32), PerAxis(0)], ids=["int4-group32", "int4-per-row"])
+def test_a_weight_only_embedding_stays_on_the_cpu_and_is_refused_at_emission(granularity) -> None:
+    """Measured: XNNPACK delegates no embedding, so the table is dequantized and gathered on the
+    CPU in float — which to_executorch then refuses (torchao::dequantize_affine has no out
+    variant). qflow proves it before lowering and lowered (`embedding`: OpRule.CPU_FLOAT)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(128, 64), torch.nn.Linear(64, 16)).eval()
+    config = IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=granularity)
+    quantize_(model, config, filter_fn=lambda m, _: isinstance(m, torch.nn.Embedding))
+    exported = torch.export.export(model, (torch.randint(0, 128, (1, 8)),))
+    edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    on_cpu = [
+        n.target.__name__
+        for n in edge.exported_program().graph.nodes
+        if n.op == "call_function" and isinstance(n.target, EdgeOpOverload)
+    ]
+    assert "aten.embedding.default" in on_cpu and "torchao.dequantize_affine.default" in on_cpu, on_cpu
+    with pytest.raises(RuntimeError, match="Missing out variants.*dequantize_affine"):
+        edge.to_executorch()
+    for program in (exported, edge):
+        report = qflow.analyze(program, target="xnnpack")
+        assert report.status == "proved", str(report)

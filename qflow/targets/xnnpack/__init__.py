@@ -39,6 +39,9 @@ TARGET = Target(
         "grid_sampler": OpRule.CPU_FLOAT,
         "grid_sampler_2d": OpRule.CPU_FLOAT,
         "col2im": OpRule.CPU_FLOAT,
+        # The partitioner has no embedding config: a lowered program keeps aten.embedding on the CPU
+        # (tests/contracts/test_xnnpack_affine_contract.py: a torchao weight-only embedding, 2026-11-27).
+        "embedding": OpRule.CPU_FLOAT,
         # cat, view/reshape/flatten, permute/transpose and max_pool2d keep the PT2E
         # code-copy meaning: XNNPACK refuses a domain change across them at load
         # ("Failed to create cat2 / squeeze / static transpose / maxpool2d node") — when they
