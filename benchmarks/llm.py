@@ -88,9 +88,11 @@ def main() -> None:
     t_et, et = best(lambda: edge.to_executorch(), 1)  # type: ignore[attr-defined]
     pte = et.buffer  # type: ignore[attr-defined]
     t_pte, on_pte = best(lambda: qflow.analyze(pte, target="xnnpack"))
+    t_ref, on_ref = best(lambda: qflow.analyze(pte, target="xnnpack", reference=ep))
     rows = [
         ("qflow.analyze, exported program (before lowering)", t_pre, pre.status),  # type: ignore[attr-defined]
         ("qflow.analyze, .pte", t_pte, on_pte.status),  # type: ignore[attr-defined]
+        ("qflow.analyze, .pte against its program (its weights checked)", t_ref, on_ref.status),  # type: ignore[attr-defined]
         ("torch.export.export", t_export, ""),
         ("to_edge_transform_and_lower (XnnpackPartitioner)", t_lower, ""),
         ("to_executorch", t_et, ""),

@@ -786,7 +786,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
             if recipe.codes in node.args:
                 self._use(recipe.codes, node, "args[0]", self._fact_domain(recipe.quantize), False)
             return
-        mm = next(n for n in recipe.inner if base_name(target_name(n)) == "_int_mm")
+        mm = recipe.matmul
         d = Domain.run_time("int32", f"the accumulator of {mm.name}, scaled after by its codes' scales",
                             *DTYPE_RANGE["int32"])  # fmt: skip
         self._value(node, OpClass.DEQUANTIZE, Definition(DefKind.FACT, d, real=True))

@@ -4,8 +4,8 @@ The exported program quantizes each token of the input (``choose_qparams_affine`
 symmetric int8), shifts the codes into uint8 (``+ 128``), multiplies them with the int8 weight codes in
 ``aten._int_mm``, takes the shift back out (``- 128 * Σw``), casts the int32 accumulator to float and
 scales it by the token's scale and the weight's per-channel scale. Every step is exact integer
-arithmetic, so the recipe is the linear of the dequantized operands when its pieces agree: the same
-offset added and taken out, codes that fit uint8 after the shift, a zero point of 0, and the scales
+arithmetic (the accumulator cannot overflow below 65 536 inputs), so the recipe is the linear of the
+dequantized operands when its pieces agree: the same offset added and taken out, codes that fit uint8 after the shift, a zero point of 0, and the scales
 multiplied in those of the codes it read. `match` recognises the recipe and says which pieces disagree;
 anything that is not this recipe is left to the ops' own rules (`aten._int_mm` stays an unknown op).
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import fx
 
-from qflow.ir.fx_nodes import target_name, val_dtype
+from qflow.ir.fx_nodes import target_name, val_dtype, val_of
 from qflow.ops import CASTS, OpClass, base_name, classify
 
 _VIEWS = frozenset({"reshape", "view", "_unsafe_view", "view_copy", "flatten", "squeeze", "unsqueeze", "clone"})
@@ -33,6 +33,7 @@ _INNER = "access_subclass_inner_tensor"
 class IntMatmul:
     """One recognised recipe: the quantize whose codes it reads, its integer ops and its float result."""
 
+    matmul: fx.Node  # the aten._int_mm
     quantize: fx.Node  # the quantize of the activation (its codes' domain is what the recipe reads)
     codes: fx.Node  # the node the recipe's first cast reads (the quantize, or a view of it)
     inner: frozenset[fx.Node]  # the integer ops, from the cast of the codes to the accumulator
@@ -44,9 +45,8 @@ def _op(n: object) -> str:
     return base_name(target_name(n)) if isinstance(n, fx.Node) and n.op == "call_function" else ""
 
 
-def _through(n: object, names: frozenset[str], seen: list[fx.Node]) -> object:
+def _through(n: object, names: frozenset[str]) -> object:
     while isinstance(n, fx.Node) and _op(n) in names and n.args:
-        seen.append(n)
         n = n.args[0]
     return n
 
@@ -88,13 +88,12 @@ def match(mm: fx.Node, is_constant: Callable[[fx.Node], bool]) -> IntMatmul | No
     if offset is None:
         return None
     inner += [shifted, add, wide]  # type: ignore[list-item]
-    views: list[fx.Node] = []
     codes = wide.args[0]
-    q = _through(codes, _VIEWS, views)
+    q = _through(codes, _VIEWS)
     if not isinstance(q, fx.Node) or classify(target_name(q)) is not OpClass.QUANTIZE or not isinstance(codes, fx.Node):
         return None
     weight_t = mm.args[1]
-    w = _through(weight_t, _TRANSPOSES, [])
+    w = _through(weight_t, _TRANSPOSES)
     if not isinstance(w, fx.Node) or val_dtype(w) != torch.int8 or not is_constant(w):
         return None
     if (_inner_tensor(w) or (None, ""))[1] != "qdata":  # (a plain constant: its scales cannot be told)
@@ -117,8 +116,11 @@ def match(mm: fx.Node, is_constant: Callable[[fx.Node], bool]) -> IntMatmul | No
     qmin, qmax = (q.args[5], q.args[6]) if len(q.args) >= 7 else (None, None)
     if not (isinstance(qmin, int) and isinstance(qmax, int) and 0 <= qmin + offset and qmax + offset <= 255):
         problems.append(f"codes of [{qmin}, {qmax}] plus {offset} do not fit the uint8 it casts them to")
+    reach = val_of(w).shape[-1] * 255 * 128 if isinstance(val_of(w), torch.Tensor) else None
+    if reach is None or reach >= 2**31:
+        problems.append(f"its int32 accumulator can overflow ({reach} in magnitude)")
     problems += _scale_problems(q, w, result)
-    return IntMatmul(q, codes, frozenset(inner), result, tuple(problems))
+    return IntMatmul(mm, q, codes, frozenset(inner), result, tuple(problems))
 
 
 def _scale_problems(q: fx.Node, w: fx.Node, result: fx.Node) -> list[str]:
@@ -136,7 +138,7 @@ def _scale_problems(q: fx.Node, w: fx.Node, result: fx.Node) -> list[str]:
         if mul is None or _op(mul) not in _MULS:
             break
         other = next((a for a in mul.args if a is not at), None)
-        factors.append(_through(other, _VIEWS | CASTS, []))
+        factors.append(_through(other, _VIEWS | CASTS))
         nxt = _only_user(mul)
         at = nxt if nxt is not None and _op(nxt) in CASTS else mul
     parameter = w.args[0]
