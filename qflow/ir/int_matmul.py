@@ -5,9 +5,10 @@ symmetric int8), shifts the codes into uint8 (``+ 128``), multiplies them with t
 ``aten._int_mm``, takes the shift back out (``- 128 * Σw``), casts the int32 accumulator to float and
 scales it by the token's scale and the weight's per-channel scale. Every step is exact integer
 arithmetic (the accumulator cannot overflow below 65 536 inputs), so the recipe is the linear of the
-dequantized operands when its pieces agree: the same offset added and taken out, codes that fit uint8 after the shift, a zero point of 0, and the scales
-multiplied in those of the codes it read. `match` recognises the recipe and says which pieces disagree;
-anything that is not this recipe is left to the ops' own rules (`aten._int_mm` stays an unknown op).
+dequantized operands when its pieces agree: the same offset added and taken out, codes that fit
+uint8 after the shift, a zero point of 0, and the scales multiplied in those of the codes it read.
+`match` recognises the recipe and says which pieces disagree; anything that is not this recipe is
+left to the ops' own rules (`aten._int_mm` stays an unknown op).
 """
 
 from __future__ import annotations
