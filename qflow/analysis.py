@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -12,6 +13,7 @@ from qflow.bounds import Bound
 from qflow.errors import InputError
 from qflow.gc_pause import paused_gc
 from qflow.graph import DomainGraph, ObligationKind
+from qflow.impact import Impact
 from qflow.lattice import propagate
 from qflow.lattice.elements import Elem
 from qflow.ops import OpClass
@@ -135,6 +137,16 @@ def _masked(dg: DomainGraph, r: Result) -> str:
     )
 
 
+def _reach(dg: DomainGraph, worst: Impact) -> str:
+    """How far all the violations together move the program's outputs (`Result.reach`)."""
+    codes = math.ceil(worst.lsb - 1e-9)  # (a real error e moves a rounded code by at most ceil(e))
+    return (
+        f"With every violation of the program followed through every op to its outputs (clamps, weights, "
+        f"value ranges, requant ranges), the outputs move by up to {codes} LSB ({worst.lsb:.3g} output LSB "
+        f"before rounding, at output {dg.outputs.index(worst.output)}: {worst.output})."
+    )
+
+
 #: Unproven finding kinds whose cause is no domain pair (no produced / expected side to show).
 _NO_SIDES = frozenset({"reference-needed", "unvalidated-lowering"})
 
@@ -236,6 +248,8 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
             k, msg = _describe(dg, r)
             if bound is not None and r.obligation.kind is not ObligationKind.STRUCTURAL:
                 msg = f"{msg} Over every code its input can hold, that {bound}."
+            if r.reach is not None:
+                msg = f"{msg} {_reach(dg, r.reach)}"
         spec = kind(k)
         if r.status is Status.PROVED:  # an obligation that holds but is worth knowing about
             severity = r.obligation.severity or "info"
@@ -259,6 +273,7 @@ def analyze_graph(dg: DomainGraph, name: str = "") -> Report:
             module=node.module_path if node else None,
             targets=_breaks_on(dg.target, r.obligation.targets, k),
             bound_lsb=round(bound.lsb, 3) if bound is not None else None,
+            output_lsb=round(r.reach.lsb, 3) if r.reach is not None else None,
         )
     quantized = dg.quantized()
     report = Report(

@@ -79,6 +79,36 @@ def test_the_same_drop_reaching_the_output_stays_an_error_and_the_device_agrees(
     assert not report.proved and [f.severity for f in found] == ["error"], str(report)
     measured = max(float(d.abs().max()) for d in diffs) / _output_lsb(gm)
     assert measured > 2.0  # it miscomputes: the error was no false alarm
+    # how far it moves the output, followed through both linear layers: a bound the device stays within
+    assert found[0].output_lsb is not None and measured <= found[0].output_lsb + 0.5, (measured, found[0].output_lsb)
+
+
+class RoundTrip(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(1, 8, 16).reshape(1, 128) * 1.0
+
+
+def test_a_dropped_round_trip_through_a_coarser_grid_is_bounded_as_a_whole() -> None:
+    """A → B → A across two reshapes, B 4.6× coarser: the fold drops both requants, so the device
+    skips B's rounding — each dropped requant alone would misread every code (the finding says so,
+    over 100 LSB), but together they move the output by B's half step, 2.3 LSB, rounded onto A: 2.
+    qflow bounds the pair as a whole (`output_lsb`), and the TOSA reference model stays within it
+    (measured 2, 2026-11-27)."""
+    torch.manual_seed(0)
+    inputs = (torch.rand(1, 128) * 2 - 1,)
+    gm = arm.quantize(RoundTrip(), inputs)
+    first = next(u for n in gm.graph.nodes if _is(n, "aten.reshape") for u in n.users)
+    coarse = _requantized(gm, "aten.reshape", float(first.args[1]) * 4.6)
+    lowered = arm.lower(torch.export.export(coarse, inputs), inputs)
+    sweep = [(torch.linspace(-1, 1, 128).roll(k).reshape(1, 128),) for k in range(0, 128, 16)]
+    diffs = [arm.run_tosa_reference(lowered, x)[0] - coarse(*x) for x in (inputs, *sweep)]
+    measured = max(float(d.abs().max()) for d in diffs) / _output_lsb(coarse)
+    report = qflow.analyze(torch.export.export(coarse, inputs), target="arm-tosa")
+    found = [f for f in report.errors if f.kind == "requant-after-passthrough"]
+    assert found and all(f.bound_lsb > 100 for f in found), str(report)
+    reach = {f.output_lsb for f in found}
+    assert len(reach) == 1 and next(iter(reach)) <= 3.0, str(report)
+    assert 1.0 <= measured <= next(iter(reach)) + 0.5, (measured, reach)
 
 
 def test_a_bias_left_in_its_old_domain_is_an_error_and_the_device_is_off() -> None:

@@ -609,6 +609,7 @@ def _summ(report: Any) -> dict[str, Any]:
         "findings": [
             {"kind": f.kind, "node": f.node, "severity": f.severity, "status": f.status, "message": f.message[:400]}
             | ({"bound_lsb": f.bound_lsb} if getattr(f, "bound_lsb", None) is not None else {})
+            | ({"output_lsb": f.output_lsb} if getattr(f, "output_lsb", None) is not None else {})
             for f in report.findings
         ],
     }

@@ -301,6 +301,17 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
             f"on {len(over)}" + (": " + ", ".join(f"`{r['id']}`" for r in over) if over else "") + ".",
             "",
         ]
+    reached = [r for r in ran if reach_check(r) is not None]
+    if reached:
+        over = [r for r in reached if reach_exceeded(r)]
+        lines += [
+            f"Output bounds (issue #27): on {len(reached)} flagged cases qflow bounds how far all the violations "
+            "together move the outputs (`output_lsb`); the largest measured output error less its band exceeds "
+            f"that bound + half an LSB on {len(over)}"
+            + (": " + ", ".join(f"`{r['id']}`" for r in over) if over else "")
+            + ".",
+            "",
+        ]
     if any("err_samples" in r for r in ran):
         flagged = sum(verdict(r) == "error" for r in by_domain)
         lines += [
@@ -519,6 +530,23 @@ def bound_exceeded(r: dict[str, Any], form: str = "pre") -> bool:
     return c is not None and c[2] > c[1] + EPS
 
 
+def reach_check(r: dict[str, Any], form: str = "pre") -> tuple[float, float] | None:
+    """(qflow's bound on how far all the violations together move the outputs — `output_lsb`, output LSB
+    before rounding — plus half an LSB, the largest measured error of an output less its band) for a case
+    that ran and has such a bound; else None. The measured error above it is a soundness bug of
+    `qflow.impact`, which also proves programs whose violations it finds masked (issue #27)."""
+    found = [f["output_lsb"] for f in (r.get("qflow", {}).get(form) or {}).get("findings", []) if "output_lsb" in f]
+    outputs, grids = (r.get("err") or {}).get("outputs") or [], r.get("grids") or []
+    if not found or r.get("outcome") not in ("exact", "miscompile") or not outputs or len(outputs) != len(grids):
+        return None
+    return max(found) + 0.5, max(o["lsb"] - band(g)[0] for o, g in zip(outputs, grids, strict=True))
+
+
+def reach_exceeded(r: dict[str, Any], form: str = "pre") -> bool:
+    c = reach_check(r, form)
+    return c is not None and c[1] > c[0] + EPS
+
+
 def failures(recs: list[dict[str, Any]], max_false_alarm_pct: float) -> list[str]:
     """What breaks the campaign's promise (issue #31's rules), one line each."""
     out = []
@@ -533,6 +561,9 @@ def failures(recs: list[dict[str, Any]], max_false_alarm_pct: float) -> list[str
         if bound_exceeded(r):
             node, allowed, lsb = bound_check(r)  # type: ignore[misc]
             out.append(f"bound exceeded (pre): {r['id']} at {node}: measured {lsb:.1f} LSB > bound {allowed:.1f}")
+        if reach_exceeded(r):
+            allowed, lsb = reach_check(r)  # type: ignore[misc]
+            out.append(f"output bound exceeded (pre): {r['id']}: {lsb:.1f} LSB beyond the band > {allowed:.1f}")
         stage = crash_stage(r)
         if stage:
             out.append(f"crash in {stage}: {r['id']}: {r.get('error') or (r.get('repair') or {}).get('error')}")

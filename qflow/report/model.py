@@ -48,6 +48,10 @@ class Finding:
     #: How far the failure moves the output, in output LSB before rounding (a requant a
     #: code copy or a zero-point-only lowering drops), when qflow can bound it.
     bound_lsb: float | None = None
+    #: How far all the program's violations together move its outputs (followed through every op to
+    #: them), in output LSB before rounding, when qflow can bound it: the worst output, over every
+    #: input code the violations can see.
+    output_lsb: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v not in (None, "")}

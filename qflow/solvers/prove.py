@@ -79,6 +79,9 @@ class Result:
     bound: Bound | None = None
     #: A violation that holds because no program output moves beyond rounding (`impact`).
     masked: impact.Impact | None = None
+    #: A violation's reach: the worst program output all the violations together move, when
+    #: `impact` bounds it (beyond rounding: else the violation is `masked`).
+    reach: impact.Impact | None = None
 
 
 @dataclass
@@ -595,7 +598,9 @@ def _masked(dg: DomainGraph, results: list[Result]) -> list[Result]:
         return results
     worst = impact.output_error(dg, landed.errors, landed.replaced, rng, landed.backend)
     if not worst.within_rounding:
-        return results
+        if worst.output is None or not math.isfinite(worst.lsb):
+            return results
+        return [replace(r, reach=worst) if r.status is Status.VIOLATED else r for r in results]
     return [replace(r, status=Status.PROVED, masked=worst) if r.status is Status.VIOLATED else r for r in results]
 
 
