@@ -75,6 +75,21 @@ def test_constant_output_at_qmax_is_not_exact(tmp_path: Path, lsb: float) -> Non
     assert code == 1 and any("00870-arm-pc" in f and "miss" in f for f in fails)
 
 
+@pytest.mark.parametrize(("output_lsb", "fails"), [(300.0, False), (3.0, True)])
+def test_a_measured_error_beyond_the_joint_output_bound_fails(tmp_path: Path, output_lsb: float, fails: bool) -> None:
+    """`output_lsb` bounds how far all the violations together move the outputs (qflow.impact, which also
+    proves masked violations): a measured error beyond it + half an LSB + the output's band is a bug."""
+    r = rec("00243-arm-custom")  # (recorded before per-output errors: given them, 200 LSB on the second)
+    r["outcome"], r["err"]["outputs"] = "miscompile", [{"abs": 0.0, "lsb": 0.0}, {"abs": 3.4, "lsb": 200.0}]
+    errors = [f for f in r["qflow"]["pre"]["findings"] if f["severity"] == "error"]
+    assert errors and len(r["grids"]) == 2
+    for f in errors:
+        f["output_lsb"] = output_lsb
+    code, found = check(tmp_path, r)
+    assert any(f.startswith("output bound exceeded (pre): 00243-arm-custom") for f in found) is fails
+    assert ("Output bounds (issue #27): on 1 flagged cases" in summary.render([r])) is True
+
+
 def test_repair_far_from_the_original_fails(tmp_path: Path) -> None:
     r = rec("00145-arm-pt")
     rr = r["repair"]
