@@ -96,6 +96,11 @@ MULTI_INPUT_IDENTITY = frozenset({"cat", "concat", "concatenate", "stack"})
 #: Ops that select codes from some of their arguments, by position: where's two
 #: branches share the output's domain, its condition (a bool mask) carries none.
 SELECT_INPUTS: dict[str, tuple[int, ...]] = {"where": (1, 2), "index_put": (0, 2), "index_put_": (0, 2)}
+#: The argument positions of ops that take indices there (integer tensors that address data, never data).
+INDEX_ARGS: dict[str, tuple[int, ...]] = {
+    "index": (1,), "index_select": (2,), "gather": (2,), "embedding": (1,), "index_put": (1,), "index_put_": (1,),
+    "take": (1,), "scatter": (2,), "scatter_add": (2,),
+}  # fmt: skip
 
 
 def code_sources(name: str, args: tuple[object, ...] | list[object]) -> list[object]:

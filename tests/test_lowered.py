@@ -229,3 +229,23 @@ def test_a_cpu_side_dequantize_in_the_wrong_domain_is_still_caught(cpu_only_lowe
     dq.args = (dq.args[0], dq.args[1] * 2, *dq.args[2:])
     r = qflow.analyze(ep, form="lowered")
     assert not r.proved and [f.kind for f in r.errors] == ["domain-mismatch"]
+
+
+class IndexAfterEllipsis(torch.nn.Module):
+    def forward(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return x[..., idx] + 1.0
+
+
+def test_the_indices_of_an_index_left_on_the_cpu_are_no_data() -> None:
+    """The Arm suite's `index_tensor` ellipsis tests (`--qflow-observe`, 2026-11-27): the partitioner
+    leaves `x[..., idx]` on the CPU, where its int32 indices address the float input. Read as data they
+    were a domain-mismatch error on a program the TOSA reference model runs equal to the fake-quantized
+    model; they are addresses."""
+    from qflow.targets.arm import pipeline as arm
+
+    x = (torch.rand(25, 5, 13, 7), torch.arange(2, dtype=torch.int32))
+    gm = arm.quantize(IndexAfterEllipsis(), x)
+    lowered = arm.lower(torch.export.export(gm, x), x)
+    assert torch.equal(arm.run_tosa_reference(lowered, x)[0], gm(*x))
+    report = qflow.analyze(lowered, target="arm-tosa")
+    assert report.status == "proved", str(report)

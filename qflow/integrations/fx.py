@@ -59,6 +59,7 @@ from qflow.ir.fx_nodes import (
 from qflow.ops import (
     CASTS,
     CONTROL_FLOW,
+    INDEX_ARGS,
     MULTI_INPUT_IDENTITY,
     SELECT_INPUTS,
     OpClass,
@@ -757,8 +758,12 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         a cat between a DQ and a Q copies reals, not codes, and the Q after it
         is an ordinary (exact) quantize."""
         self._value(node, cls, float_fact())
+        indices = INDEX_ARGS.get(base_name(target_name(node)), ())
         for i, j, a in tensor_args(node):
-            self._use(a, node, arg_label(i, j), FLOAT, True)
+            if i not in indices:
+                self._use(a, node, arg_label(i, j), FLOAT, True)
+            elif a.name in self.dg.g:  # (addresses, not values: any integer tensor)
+                self.dg.add_use(a.name, node.name, arg_label(i, j))
 
     def _add_quantized_embedding(self, node: fx.Node) -> None:
         """A quantized embedding kernel: real rows dequantized from constant codes by its own scales."""
