@@ -249,3 +249,22 @@ def test_the_indices_of_an_index_left_on_the_cpu_are_no_data() -> None:
     assert torch.equal(arm.run_tosa_reference(lowered, x)[0], gm(*x))
     report = qflow.analyze(lowered, target="arm-tosa")
     assert report.status == "proved", str(report)
+
+
+class IndexByTwo(torch.nn.Module):
+    def forward(self, x: torch.Tensor, i0: torch.Tensor, i1: torch.Tensor) -> torch.Tensor:
+        return x[(i0, i1)]
+
+
+def test_gather_offsets_computed_from_integer_indices_are_plain_integers() -> None:
+    """The Arm suite's delegated `index_tensor` cases: the payload turns two int32 index inputs into one
+    GATHER offset, `i0 * 2 + i1`, with MULs by pre-computed constants. Integers nothing quantizes, so
+    the constants beside them are plain integers too: proved (was `reference-needed`), TOSA == FQ."""
+    from qflow.targets.arm import pipeline as arm
+
+    x = (torch.rand(5, 2), torch.randint(5, (5,), dtype=torch.int32), torch.randint(2, (5,), dtype=torch.int32))
+    gm = arm.quantize(IndexByTwo(), x)
+    lowered = arm.lower(torch.export.export(gm, x), x)
+    assert torch.equal(arm.run_tosa_reference(lowered, x)[0], gm(*x))
+    report = qflow.analyze(lowered, target="arm-tosa", reference=torch.export.export(gm, x))
+    assert report.status == "proved", str(report)

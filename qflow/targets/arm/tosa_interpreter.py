@@ -771,10 +771,15 @@ class Interpreter:
         a, b = op.inputs[:2]
         shift = self.scalar(op.inputs[2]) if len(op.inputs) > 2 else 0
         da, db = self.get(a), self.get(b)
+        if da.raw or db.raw:  # (plain integers, e.g. gather offsets: a constant beside them is plain too)
+            da, db = (Dom(d.dtype, 1.0, 0, raw=True) if d.scale is None and self._is_const(n) else d
+                      for n, d in ((a, da), (b, db)))  # fmt: skip
         for n, d in ((a, da), (b, db)):
             if d.zp is not None and d.dtype == "int32":
                 self.check(op, d.zp == 0, f"MUL reads {n} as int32 codes with zero point 0; it is in {d}", d)
         self.accumulate(op, da, a, db, b)
+        if da.raw and db.raw:
+            self.dom[op.outputs[0]] = replace(self.dom[op.outputs[0]], raw=True)
         out = self.dom[op.outputs[0]]
         if out.scale is not None and shift is not None:
             self.dom[op.outputs[0]] = Dom(out.dtype, _mul(out.scale, 2.0**shift), 0, out.tol)
