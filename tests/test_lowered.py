@@ -256,13 +256,19 @@ class IndexByTwo(torch.nn.Module):
         return x[(i0, i1)]
 
 
-def test_gather_offsets_computed_from_integer_indices_are_plain_integers() -> None:
+@pytest.mark.parametrize("shapes", [((5,), (5,)), ((5, 3), (1, 3))], ids=["flat", "broadcast"])
+def test_gather_offsets_computed_from_integer_indices_are_plain_integers(shapes) -> None:
     """The Arm suite's delegated `index_tensor` cases: the payload turns two int32 index inputs into one
-    GATHER offset, `i0 * 2 + i1`, with MULs by pre-computed constants. Integers nothing quantizes, so
-    the constants beside them are plain integers too: proved (was `reference-needed`), TOSA == FQ."""
+    GATHER offset, `i0 * 2 + i1`, with MULs by pre-computed constants (reshaped, and the indices tiled,
+    when they broadcast). Integers nothing quantizes, so the constants beside them are plain integers
+    too: proved (was `reference-needed`), TOSA == FQ."""
     from qflow.targets.arm import pipeline as arm
 
-    x = (torch.rand(5, 2), torch.randint(5, (5,), dtype=torch.int32), torch.randint(2, (5,), dtype=torch.int32))
+    x = (
+        torch.rand(5, 2),
+        torch.randint(5, shapes[0], dtype=torch.int32),
+        torch.randint(2, shapes[1], dtype=torch.int32),
+    )
     gm = arm.quantize(IndexByTwo(), x)
     lowered = arm.lower(torch.export.export(gm, x), x)
     assert torch.equal(arm.run_tosa_reference(lowered, x)[0], gm(*x))
