@@ -268,7 +268,8 @@ class DomainGraph:
     def settle_inputs(self, what: str) -> None:
         """Each integer input (an alias with no source) takes the domain its first
         consumer declares, recorded as an assumption; its other uses must agree.
-        One with no declared use stays free. `what` names the inputs in notes."""
+        One with no declared use has no domain here: what depends on it is unproven
+        (a cat of two such inputs is no mixed-domain error). `what` names the inputs."""
         inputs = [v for v in self.values() if v.definition.kind is DefKind.ALIAS and not v.definition.sources]
         if not inputs:
             return
@@ -278,8 +279,9 @@ class DomainGraph:
                 first.setdefault(ob.value, ob)
         for v in inputs:
             ob = first.get(v.name)
-            if ob is None:
-                v.definition = Definition(DefKind.FREE, reason=f"{what} with no declared use")
+            if ob is None:  # (its domain is set outside: what depends on it is unproven, never violated)
+                why = f"{what} {v.name} with no declared use"
+                v.definition = Definition(DefKind.FREE, blocking=True, reason=why, blocks_as="missing-domain")
                 continue
             v.definition = Definition(DefKind.FACT, ob.expected, real=False)
             self.notes.append(f"assumed {what} {v.name} is in {ob.expected} (declared by {ob.node})")
