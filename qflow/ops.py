@@ -39,6 +39,7 @@ pixel_shuffle pixel_unshuffle index_select gather index unfold unfold_copy
 unflatten movedim moveaxis amax amin dropout _clone_dim_order
 lift_fresh_copy constant_pad_nd pad as_strided_copy narrow roll where masked_fill index_put index_put_
 """.split()
+_PASSTHROUGH.append("GATHER")  # (tosa.GATHER: Arm's passes make a gather one before the fold; it copies codes)
 
 _ACTIVATION = "relu relu_ relu6 hardtanh hardtanh_ clamp clamp_ clamp_min clamp_max".split()
 
