@@ -210,6 +210,18 @@ def test_verdict_matches_backend(campaign: Any, cid: str) -> None:
         assert summary.repair_problem(rec) is None, f"{cid}: repair worse against the original: {repair}"
 
 
+def test_the_joint_output_bound_holds_where_an_activation_clamps_a_dropped_chain(campaign: Any) -> None:
+    """01139-cm-custom: relu's requant A → C and pixel_shuffle's C → D are both dropped. The pair was weighed as
+    a copy of A's codes read as D (`output_lsb` 85) while the backend clamps those codes by the relu's bound
+    quantized in C on the way (measured 122 LSB beyond the band, 2026-11-27): a chain through an activation
+    is no copy, so its end is not bounded as one (the campaign's output-bound check)."""
+    import summary
+
+    rec = campaign("01139-cm-custom")
+    assert summary.truth(rec) == "miscompile" and rec["verdict"] == "error", rec.get("err")
+    assert not summary.reach_exceeded(rec), summary.reach_check(rec)
+
+
 #: torchao `quantize_` cases (issue #28, torchao_case.py): id → (the runtime's outcome, qflow's verdict before
 #: lowering with target="xnnpack", why the case is here).
 TORCHAO_CASES: dict[str, tuple[str, str, str]] = {

@@ -102,6 +102,8 @@ def _chain(dg: DomainGraph, copies: dict[str, Read], spot: str) -> list[Domain]:
             break
         cur = next(iter(preds))
         if cur in copies:
+            if copies[cur].obligation.finding_kind == "requant-across-activation":
+                break  # (it clamps the codes by bounds in another domain on the way: they are no copy)
             return [*_chain(dg, copies, cur), r.expected]
         if dg.value(cur).op_class not in (OpClass.DEQUANTIZE, OpClass.PASSTHROUGH):
             break
