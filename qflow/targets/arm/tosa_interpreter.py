@@ -635,7 +635,7 @@ class Interpreter:
             doms = doms[1:]
         raw = next((d for _, d in doms if d.raw), None)
         if raw is not None:  # a constant next to plain integer data is plain integer data too
-            doms = [(i, raw if d.scale is None and self._from_const(i) else d) for i, d in doms]
+            doms = [(i, raw if d.scale is None and self._is_const(i, through_copies=True) else d) for i, d in doms]
         first_name, first = doms[0]
         for name, d in doms[1:]:
             if d.scale is None or first.scale is None or d.zp is None or first.zp is None:
@@ -655,14 +655,10 @@ class Interpreter:
             for o in op.outputs:
                 self.dom[o] = Dom("bool", 1.0, 0)
 
-    def _is_const(self, name: str) -> bool:
+    def _is_const(self, name: str, through_copies: bool = False) -> bool:
+        """A constant (`through_copies`: or a copy of one, a reshape of a pre-computed constant)."""
         p = self._prod.get(name)
-        return p is not None and p.op == "CONST"
-
-    def _from_const(self, name: str) -> bool:
-        """A constant, or a copy of one (a reshape of a pre-computed constant)."""
-        p = self._prod.get(name)
-        while p is not None and p.op in _COPY and p.op != "CLAMP" and p.inputs:
+        while through_copies and p is not None and p.op in _COPY and p.op != "CLAMP" and p.inputs:
             p = self._prod.get(p.inputs[0])
         return p is not None and p.op == "CONST"
 
@@ -779,8 +775,8 @@ class Interpreter:
         shift = self.scalar(op.inputs[2]) if len(op.inputs) > 2 else 0
         da, db = self.get(a), self.get(b)
         if da.raw or db.raw:  # (plain integers, e.g. gather offsets: a constant beside them is plain too)
-            da, db = (Dom(d.dtype, 1.0, 0, raw=True) if d.scale is None and self._from_const(n) else d
-                      for n, d in ((a, da), (b, db)))  # fmt: skip
+            plain = [d.scale is None and self._is_const(n, through_copies=True) for n, d in ((a, da), (b, db))]
+            da, db = (Dom(d.dtype, 1.0, 0, raw=True) if p else d for p, d in zip(plain, (da, db), strict=True))
         for n, d in ((a, da), (b, db)):
             if d.zp is not None and d.dtype == "int32":
                 self.check(op, d.zp == 0, f"MUL reads {n} as int32 codes with zero point 0; it is in {d}", d)
