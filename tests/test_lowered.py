@@ -315,3 +315,22 @@ def test_the_tosa_gather_of_a_folded_partition_copies_codes() -> None:
         lowered = arm.lower(torch.export.export(gm, x), x)
     assert torch.equal(arm.run_tosa_reference(lowered, x)[0], gm(*x))
     assert parts and all(qflow.analyze(p, target="arm-tosa").status == "proved" for p in parts)
+
+
+class Argmax(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.argmax(x, dim=-1).to(torch.int32)  # (as the suite's test: int64 is not delegated)
+
+
+def test_a_tosa_argmax_of_plain_integers_is_read_as_an_index() -> None:
+    """The Arm suite's int8 `argmax` tests delegate TOSA ARGMAX, which was an unknown op in the artifact
+    (unproven). Its output is an index, plain integers the parent reads as they are."""
+    from qflow.targets.arm import pipeline as arm
+
+    x = (torch.randint(-128, 127, (3, 8), dtype=torch.int8),)
+    gm = arm.quantize(Argmax(), x)
+    lowered = arm.lower(torch.export.export(gm, x), x)
+    assert "executorch_call_delegate" in str(lowered.exported_program().graph)
+    assert torch.equal(arm.run_tosa_reference(lowered, x)[0], gm(*x))
+    report = qflow.analyze(lowered, target="arm-tosa")
+    assert report.status == "nothing-quantized" and not report.findings, str(report)

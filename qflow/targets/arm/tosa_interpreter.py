@@ -838,6 +838,17 @@ class Interpreter:
             self.check(op, src.zp == 0, f"REDUCE_SUM adds codes: its input must have zero point 0; it is in {src}", src)
         self.copy(op)
 
+    def op_ARGMAX(self, op: TosaOp) -> None:  # noqa: N802
+        """ARGMAX compares codes: the index of the largest real number, ties included (dequantizing
+        is strictly increasing), when one positive scale covers the axis. Its output is an index."""
+        src = self.get(op.inputs[0])
+        if src.scale is None or src.zp is None:
+            self.check(op, None, f"ARGMAX of {op.inputs[0]}: {self.why.get(op.inputs[0], 'its domain is not known')}")
+        elif not src.raw:
+            ok = not isinstance(src.scale, tuple) or len(set(src.scale)) == 1
+            self.check(op, ok, f"ARGMAX compares codes across its axis: they must share one scale; {src}", src)
+        self.dom[op.outputs[0]] = Dom(self.out_dtype(op), 1.0, 0, raw=True)
+
     def op_ABS(self, op: TosaOp) -> None:  # noqa: N802
         """ABS takes |code|: the real |x| only when the zero point is 0 (the Arm
         backend rescales abs inputs to int32 with zero point 0 first)."""
@@ -1145,6 +1156,8 @@ class Interpreter:
             edge = TosaOp(op.index, op.op, op.inputs, op.outputs)
             if expected is None and self.p.tensors[name].dtype == "BOOL":
                 continue  # (a comparison's truth values carry no domain; the comparison's inputs were checked)
+            if expected is None and d.raw and d.scale == 1.0 and d.zp == 0:
+                continue  # (plain integers, as an index: the parent reads no domain into them)
             if expected is None:
                 self.check(edge, None, f"output {i} ({name}): the parent declares no domain for it")
                 continue
