@@ -199,6 +199,8 @@ CASES: tuple[Case, ...] = (
     Case("grid_sample", "grid_sampler", _f(F.grid_sample), (X4, (1, 5, 5, 2)), requantized=True),
     Case("fold", "col2im", _f(lambda x: F.fold(x, (4, 5), (2, 2))), ((1, 12, 12),)),
     Case("index_put", "index_put", _f(lambda x, y: x.index_put((torch.tensor([0, 2]),), y)), ((4, 8), (2, 8))),
+    # the Arm suite's ops/test_cumsum.py (issue #30 item 5): lowered on codes
+    Case("cumsum", "cumsum", _f(lambda x: torch.cumsum(x, 3))),
 )
 
 
