@@ -39,6 +39,7 @@ LIPSCHITZ: dict[str, float] = {
     "softmax": 0.5, "_softmax": 0.5, "_safe_softmax": 0.5, "log_softmax": 2.0, "_log_softmax": 2.0,
     "neg": 1.0, "abs": 1.0, "mean": 1.0, "avg_pool1d": 1.0, "avg_pool2d": 1.0, "adaptive_avg_pool1d": 1.0,
     "adaptive_avg_pool2d": 1.0, "upsample_nearest2d": 1.0, "maximum": 1.0, "minimum": 1.0,
+    "upsample_bilinear2d": 1.0,  # (each output a convex combination of its input's: weights >= 0, sum 1)
 }  # fmt: skip
 #: Ops whose output error is at most the sum of their inputs' errors.
 SUMS = frozenset({"add", "add_", "sub", "sub_", "rsub"})

@@ -222,6 +222,18 @@ def test_the_joint_output_bound_holds_where_an_activation_clamps_a_dropped_chain
     assert not summary.reach_exceeded(rec), summary.reach_check(rec)
 
 
+def test_the_joint_output_bound_follows_a_bilinear_upsample(campaign: Any) -> None:
+    """01023-cm-custom: a clamp whose requant Cortex-M drops feeds both outputs, one through a bilinear
+    upsample, which had no error bound (no joint bound at all). Each output of it is a convex combination of
+    its inputs (Lipschitz 1): the joint bound is now about 1 output LSB (a tie flip on the way), measured 0."""
+    import summary
+
+    rec = campaign("01023-cm-custom")
+    bounds = [f.get("output_lsb") for f in rec["qflow"]["pre"]["findings"] if f["severity"] == "error"]
+    assert bounds and all(b is not None and b < 1.1 for b in bounds), rec["qflow"]["pre"]["findings"]
+    assert not summary.reach_exceeded(rec), summary.reach_check(rec)
+
+
 #: torchao `quantize_` cases (issue #28, torchao_case.py): id → (the runtime's outcome, qflow's verdict before
 #: lowering with target="xnnpack", why the case is here).
 TORCHAO_CASES: dict[str, tuple[str, str, str]] = {
