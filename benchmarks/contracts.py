@@ -93,6 +93,8 @@ def measured_rule(by: dict[str, dict]) -> str:
     """The rule the measurement shows: CPU_FLOAT, RESCALE, ZP_ONLY, CODE_COPY (or ? when none fits)."""
     zp, scale = (cell(by[v]) if v in by else "" for v in ("zp", "scale"))
     if "zp" not in by:  # int16: only the scale moves
+        if scale.startswith("refused") and cell(by.get("stock", by["scale"])).startswith("refused"):
+            return "REFUSED"  # (the op itself is refused: no rule to read off)
         return "RESCALE" if scale.startswith("exact") else "ZP_ONLY/CODE_COPY" if scale.startswith(WRONG) else "?"
     if "scale" not in by:
         return "(scale pending)"
@@ -137,7 +139,8 @@ def render(data: dict) -> str:
         "`CPU`: the op stays outside the delegate (cortex-m: an aten op on the portable kernels; a CPU op that",
         "computes on codes and misses is a MISCOMPILE). `float`: no quantize on the op's output to move.",
         "",
-        "Reading: RESCALE = zp and scale exact; ZP_ONLY = zp exact, scale miscompiles; CODE_COPY = neither.",
+        "Reading: RESCALE = zp and scale exact; ZP_ONLY = zp exact, scale miscompiles; CODE_COPY = neither;",
+        "REFUSED = the backend refuses the op itself (int16 column: stock and scale refused at lowering).",
         "",
     ]
     tnames = [t for t in TARGETS if any(r["target"] == t for r in rows)]
