@@ -54,7 +54,13 @@ CORTEX_M_SLICE = ["ops"] + [
         "deep_autoencoder ds_cnn mobilenet_v1_025 nn_functional nn_modules resnet8 silero_vad torch_functions yolo11"
     ).split()
 ]
-SUITES = {"arm": ("arm", SLICE, "tosa_INT"), "cortex-m": ("cortex_m", CORTEX_M_SLICE, "dialect")}
+#: The XNNPACK suite's op tests (unittest classes; the quantized ones are named qs8 / qd8 / quant).
+XNNPACK_SLICE = ["ops"]
+SUITES = {
+    "arm": ("arm", SLICE, "tosa_INT"),
+    "cortex-m": ("cortex_m", CORTEX_M_SLICE, "dialect"),
+    "xnnpack": ("xnnpack", XNNPACK_SLICE, "qs8 or qd8 or quant or q8 or qc8"),
+}
 
 
 def test_dir(backend: str = "arm") -> Path:
