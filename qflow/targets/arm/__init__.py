@@ -117,6 +117,7 @@ TARGET = Target(
             "log": _off(12),
             "scaled_dot_product_attention": _off(6),
             **dict.fromkeys(("sigmoid", "tanh", "gelu", "silu"), _CAMPAIGN_OFF),
+            "cumsum": "the stock a16w8 contract probe measured it refused at lowering (2026-11-27)",
         }
     },
 )
