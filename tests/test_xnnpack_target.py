@@ -100,3 +100,23 @@ def test_a_cat_whose_quantize_changes_the_domain_is_an_error_for_xnnpack(program
     assert f.targets == {"xnnpack": "refused at load"}
     with pytest.raises(xnnpack.LoadError):
         xnnpack.run(xnnpack.to_executorch(xnnpack.lower(gm, inputs)), inputs)
+
+
+def test_analysis_never_specializes_a_dynamic_shape() -> None:
+    """The XNNPACK suite's dynamic-batch tests (`test_qs8_conv1d`, the qd8 linears) failed under
+    `--qflow-observe`: qflow read a symbolic element count with `int()`, which guards the shape environment
+    the program shares with the one it was lowered from, and that program then refused another batch size."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    model = nn.Sequential(nn.Conv1d(2, 4, 3), nn.ReLU()).eval()
+    x = (torch.randn(2, 2, 8),)
+    batch = {"input": {0: torch.export.Dim("batch", min=1, max=10)}}
+    converted = xnnpack.quantize(model, x)
+    program = torch.export.export(converted, x, dynamic_shapes=batch)
+    lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+    for obj in (program, lowered):
+        assert qflow.analyze(obj, target="xnnpack").status == "proved"
+    wider = torch.randn(8, 2, 8)
+    assert program.module()(wider).shape == (8, 4, 6)
+    assert lowered.exported_program().module()(wider).shape == (8, 4, 6)

@@ -51,6 +51,7 @@ from qflow.ir.fx_nodes import (
     numel_of,
     qdq_domain,
     removed_by_to_edge,
+    static_shape,
     target_name,
     tensor_args,
     val_dtype,
@@ -771,7 +772,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
 
         def shape(x: Any) -> tuple[int, ...] | None:
             v = val_of(x) if isinstance(x, fx.Node) else None
-            return tuple(int(d) for d in v.shape) if isinstance(v, torch.Tensor) else None
+            return static_shape(v) if isinstance(v, torch.Tensor) else None
 
         op = base_name(target_name(node))
         found = quantized_embedding.problems(op, shape(a[0]) or (), shape(a[1]), shape(a[2]), a[3], a[4], shape(node))

@@ -96,10 +96,19 @@ def val_dtype(node: fx.Node) -> torch.dtype | None:
 
 
 def numel_of(v: Any) -> int | None:
-    try:
-        return int(v.numel()) if hasattr(v, "numel") else None
-    except Exception:  # symbolic shapes
-        return None
+    """A tensor's element count, or None when its shape is symbolic: `int()` of a SymInt would install
+    a guard that specializes the program's shape environment, which the caller's program shares."""
+    n = v.numel() if hasattr(v, "numel") else None
+    return static_int(n)
+
+
+def static_int(n: Any) -> int | None:
+    """`n` as an int when it is one (or a SymInt with no free symbol), else None; never guards."""
+    if isinstance(n, int):
+        return n
+    if isinstance(n, torch.SymInt) and n.node.expr.is_number:
+        return int(n.node.expr)
+    return None
 
 
 def static_shape(v: Any) -> tuple[int, ...] | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import fx
 
-from qflow.ir.fx_nodes import target_name, val_dtype, val_of
+from qflow.ir.fx_nodes import static_int, target_name, val_dtype, val_of
 from qflow.ops import CASTS, OpClass, base_name, classify
 
 _VIEWS = frozenset({"reshape", "view", "_unsafe_view", "view_copy", "flatten", "squeeze", "unsqueeze", "clone"})
@@ -117,7 +117,8 @@ def match(mm: fx.Node, is_constant: Callable[[fx.Node], bool]) -> IntMatmul | No
     qmin, qmax = (q.args[5], q.args[6]) if len(q.args) >= 7 else (None, None)
     if not (isinstance(qmin, int) and isinstance(qmax, int) and 0 <= qmin + offset and qmax + offset <= 255):
         problems.append(f"codes of [{qmin}, {qmax}] plus {offset} do not fit the uint8 it casts them to")
-    reach = val_of(w).shape[-1] * 255 * 128 if isinstance(val_of(w), torch.Tensor) else None
+    k = static_int(val_of(w).shape[-1]) if isinstance(val_of(w), torch.Tensor) else None
+    reach = k * 255 * 128 if k is not None else None
     if reach is None or reach >= 2**31:
         problems.append(f"its int32 accumulator can overflow ({reach} in magnitude)")
     problems += _scale_problems(q, w, result)

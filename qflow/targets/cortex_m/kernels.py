@@ -65,6 +65,7 @@ from qflow.ir.fx_nodes import (
     module_path,
     numel_of,
     quant_args_domain,
+    static_shape,
     target_name,
 )
 from qflow.ops import OpClass, base_name, classify
@@ -245,7 +246,8 @@ def _shapes(src: Any, node: fx.Node) -> tuple[tuple[int, ...], tuple[int, ...]] 
     a, b = (x.meta.get("val") if isinstance(x, fx.Node) else None for x in (src, node))
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         return None
-    return tuple(int(d) for d in a.shape), tuple(int(d) for d in b.shape)
+    sa, sb = static_shape(a), static_shape(b)
+    return (sa, sb) if sa is not None and sb is not None else None
 
 
 def read_node(dg: DomainGraph, node: fx.Node, consts: Consts, reference: Reference | PassRun | None) -> bool:
