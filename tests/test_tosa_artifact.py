@@ -450,3 +450,27 @@ def test_a_table_two_ops_share_is_checked_for_each() -> None:
             assert not ta.analyze_artifact(lowered).proved, mut.what
     lm._processed_bytes = buf
     assert changed
+
+
+def test_a_merged_zero_bias_is_anchored_by_the_convolution_that_reads_it() -> None:
+    """DS-CNN and MobileNet of the Arm suite (`--qflow-observe`, 2026-11-27): zero biases, equal codes, which
+    FuseEqualPlaceholdersPass merges into one `_common` constant; each use is anchored by the PT2E node its
+    convolution came from. That node was found by position, counting depthwise and ordinary convolutions
+    together, while the serializer numbers them apart: every bias was anchored in another convolution's
+    accumulator domain (16 false errors on programs the TOSA reference model runs right). A convolution is
+    now named by its weight, which Arm renames after it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(2, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3, groups=8), nn.ReLU(),
+        nn.Conv2d(8, 8, 1), nn.ReLU(), nn.Conv2d(8, 8, 3, groups=8), nn.Conv2d(8, 4, 1),
+    ).eval()  # fmt: skip
+    for m in model:
+        if isinstance(m, nn.Conv2d):
+            nn.init.zeros_(m.bias)
+    x = (torch.randn(1, 2, 12, 12),)
+    gm = arm.quantize(model, x)
+    program = torch.export.export(gm, x)
+    lowered = arm.lower(program, x)
+    assert torch.equal(arm.run_tosa_reference(lowered, x)[0], gm(*x))
+    report = qflow.analyze(lowered, target="arm-tosa", reference=program)
+    assert report.status == "proved", str(report)

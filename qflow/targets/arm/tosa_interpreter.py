@@ -218,7 +218,16 @@ _PT2E_OPS = {
     "PAD": {"constant_pad_nd", "pad"},
 }
 
-_SUFFIXES = ("_weight_ohwi", "_weight_hwcm", "_weight_odhwi", "_weight", "_table_constant", "_fused_const", "_bias")
+_SUFFIXES = (
+    "_weight_ohwi",
+    "_weight_hwicm",
+    "_weight_hwcm",
+    "_weight_odhwi",
+    "_weight",
+    "_table_constant",
+    "_fused_const",
+    "_bias",
+)
 
 
 def _fx_name(tensor: str, nodes: set[str], regions: Iterable[str] = ()) -> str | None:
@@ -290,7 +299,11 @@ class Interpreter:
     def node_of(self, op: TosaOp) -> str:
         """The PT2E node `op` came from: an op of the same kind at the same
         position (the serializer numbers ``tosa_<op>_default_<k>`` in graph
-        order), a RESCALE by the op it serves, else the nearest named tensor."""
+        order), a RESCALE by the op it serves, else the nearest named tensor. A convolution is named
+        by its weight, which Arm renames after it: depthwise and ordinary ones are numbered apart."""
+        weight = self.constant_node(op.inputs[1]) if op.op in _CONV and len(op.inputs) > 1 else None
+        if weight is not None and weight in dict(self.a.order):
+            return weight
         found = self._by_position(op)
         if found is None and op.op == "RESCALE":
             prod = self._prod.get(op.inputs[0]) if op.inputs else None
@@ -298,6 +311,10 @@ class Interpreter:
             near += [c for o in op.outputs for c in self._cons.get(o, []) if c.op != "RESCALE"]
             found = next((n for c in near if (n := self._by_position(c)) is not None), None)
         return found or self._nearest(op)
+
+    def constant_node(self, tensor: str) -> str | None:
+        """The placeholder a constant tensor of the payload was serialized from (None: not one)."""
+        return _fx_name(tensor, self.a.nodes, self.p.regions) if self._is_const(tensor) else None
 
     def _by_position(self, op: TosaOp) -> str | None:
         kinds = _PT2E_OPS.get(op.op)
