@@ -70,6 +70,30 @@ def _torchao(config: Callable[[], object]) -> Callable[[], Built]:
     return build
 
 
+class OddMlp(torch.nn.Module):
+    """Odd input-channel counts: XNNPACK pads each int4 row of the payload to a whole byte."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(63, 127), torch.nn.Linear(127, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
+def _pt2e_dynamic_int4() -> Built:
+    """The XNNPACK suite's qd8 int4 linears (dynamic per-token inputs, int4 weights per channel)."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True, weight_qmin=-8, weight_qmax=7)
+    model, x = OddMlp().eval(), (torch.randn(4, 63),)
+    exported = torch.export.export(xnnpack.quantize(model, x, XNNPACKQuantizer().set_global(config)), x)
+    return exported, to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]), x
+
+
 def _pt2e() -> Built:
     model, x = ConvNet().eval(), (torch.randn(4, 3, 8, 8),)
     exported = torch.export.export(xnnpack.quantize(model, x), x, strict=True)
@@ -84,6 +108,7 @@ PROGRAMS = {
         lambda: Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
     ),
     "pt2e-per-channel": _pt2e,
+    "pt2e-dynamic-int4-odd": _pt2e_dynamic_int4,
 }
 
 

@@ -4,7 +4,8 @@ The payload keeps a quantized weight's codes and its per-channel or per-group sc
 data beside the flatbuffer (named data the ExecuTorch program carries). How XNNPACK reads them
 (measured on executorch 1.5.1 by running mutants: tests/contracts/test_xnnpack_weight_params.py):
 per-channel scales float32, per-group scales bfloat16 (``PerChannelGroupQuant``), int4 codes two
-to a byte, the first in the low nibble, each stored plus 8, int8 codes one to a byte; neither
+to a byte, the first in the low nibble, each stored plus 8, each row padded to a whole byte (an
+odd input-channel count: the XNNPACK suite's qd8 int4 linears), int8 codes one to a byte; neither
 layout has a zero point (the weight is symmetric). A lowering that writes other scales, another
 group size or other codes, or that drops a zero point, computes another layer, and nothing at
 run time says so: each weighted node is an obligation that its payload weight *is* the program's.
@@ -62,13 +63,17 @@ def _floats(raw: bytes, fmt: str) -> tuple[float, ...]:
     return tuple(float(x) for x in np.frombuffer(raw[: len(raw) // 4 * 4], dtype="<f4"))
 
 
-def _codes(raw: bytes, dtype: str, count: int) -> bytes | None:
+def _codes(raw: bytes, dtype: str, dims: tuple[int, ...]) -> bytes | None:
+    count = int(np.prod(dims)) if dims else 1
     if dtype == "int8" and len(raw) >= count:
         return bytes(raw[:count])
-    if dtype == "int4" and len(raw) >= (count + 1) // 2:
-        packed = np.frombuffer(raw[: (count + 1) // 2], dtype=np.uint8)
-        pairs = np.stack([packed & 0xF, packed >> 4], axis=1).reshape(-1)[:count]
-        return (pairs.astype(np.int16) - 8).astype(np.int8).tobytes()
+    # int4: each row padded to a whole byte (ExecuTorch's convert_to_qc4w pads an odd row with code 0)
+    row = dims[-1] if dims else 1
+    rows, padded = count // max(row, 1), row + row % 2
+    if dtype == "int4" and len(raw) >= rows * padded // 2:
+        packed = np.frombuffer(raw[: rows * padded // 2], dtype=np.uint8)
+        nibbles = np.stack([packed & 0xF, packed >> 4], axis=1).reshape(rows, padded)[:, :row]
+        return (nibbles.astype(np.int16) - 8).astype(np.int8).tobytes()
     return None
 
 
@@ -81,7 +86,7 @@ def payload_weight(g: XnnGraph, v: XnnValue, data: Callable[[str], bytes | None]
         return data(key) if key else None
 
     raw = blob(v.buffer)
-    codes = _codes(raw, v.dtype, numel) if raw is not None else None
+    codes = _codes(raw, v.dtype, tuple(v.dims)) if raw is not None else None
     if v.blocks is None and v.scale_buffer == 0 and not v.inline_scales:  # per tensor
         dom = v.domain
         if dom is None or dom.per_channel or not isinstance(dom.scale, float):
