@@ -111,13 +111,18 @@ def test_every_quantizer_graph_gets_a_report(programs, name) -> None:
 @pytest.mark.parametrize("name", ["xnnpack-dynamic", "vulkan-dynamic"])
 def test_dynamic_quantization_is_proved_structurally(programs, name) -> None:
     """Each dequantize reads the run-time scale and zero point its quantize
-    wrote (the same choose_qparams outputs): proved without knowing them."""
+    wrote (the same choose_qparams outputs): proved without knowing them. Only the
+    linears stay unproven for xnnpack, which quantizes their input per token instead of
+    per tensor (measured: tests/contracts/test_xnnpack_affine_contract.py)."""
     converted, exported, _ = programs[name]
     assert any(".tensor" in str(n.target) or "per_token" in str(n.target) for n in converted.graph.nodes)
     for program in (converted, exported):
         report = qflow.analyze(program)
-        assert report.proved, str(report)
+        assert {(f.kind, tuple(f.targets)) for f in report.findings} == {("unvalidated-lowering", ("xnnpack",))}
+        assert report.obligations["violated"] == 0, str(report)
         assert any("run-time" in d for d in report.domains.values())
+        for target in ("arm-tosa", "cortex-m"):  # (the structure alone: no lowering question there)
+            assert qflow.analyze(program, target=target).status != "violated"
 
 
 def test_dynamic_dequantize_of_other_run_time_params_is_not_proved(programs) -> None:

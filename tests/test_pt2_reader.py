@@ -191,8 +191,9 @@ def test_the_reports_say_what_the_programs_are(saved) -> None:
     assert f.node == "cat" and f.source == "qflow/examples/models.py:137" and not bad.proved
     assert qflow.analyze(saved["seed000_control"]).proved
     assert qflow.analyze(saved["mixed_a16w8"]).proved
-    dyn = qflow.analyze(saved["xnnpack_dynamic"])
-    assert dyn.proved and any("run-time" in d for d in dyn.domains.values())
+    dyn = qflow.analyze(saved["xnnpack_dynamic"])  # (XNNPACK quantizes its linears' input per token: unproven)
+    assert {f.kind for f in dyn.findings} == {"unvalidated-lowering"} and not dyn.obligations["violated"]
+    assert any("run-time" in d for d in dyn.domains.values())
 
 
 def _run_python(code: str) -> str:

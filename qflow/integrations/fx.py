@@ -680,7 +680,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
     def _lowering_key(self, node: fx.Node) -> str | None:
         """What a compute op's lowering is validated by (`Target.validated`): the dtype of its
         first dequantized input (static quantization); "dynamic-int8" when an input is
-        dequantized from a run-time quantize (a dynamically quantized activation);
+        dequantized from a run-time quantize (a dynamically quantized activation), per token
+        ("dynamic-per-tensor-int8" when one scale covers the whole tensor: PT2E's dynamic config);
         "weight-only-int8" when only a weight is, with run-time (torchao affine) qparams —
         float activations, which XNNPACK was measured to lower with the weight's scales dropped."""
         static = dynamic = weight_only = None
@@ -693,7 +694,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
             if d.opaque is None or d.scale or d.axis is not None:
                 static = static or (d.dtype if src is a else None)
             elif isinstance(q := src.args[0], fx.Node) and self._op_class(q) is OpClass.QUANTIZE:
-                dynamic = dynamic or f"dynamic-{d.dtype}"
+                per_tensor = base_name(target_name(q)) == "quantize_per_tensor"
+                dynamic = dynamic or f"dynamic-{'per-tensor-' if per_tensor else ''}{d.dtype}"
             else:
                 weight_only = weight_only or f"weight-only-{d.dtype}"
         return dynamic or static or weight_only

@@ -115,6 +115,53 @@ def test_weight_only_int4_miscomputes_and_qflow_says_so(lowered) -> None:
 
 def test_the_target_validates_what_was_measured() -> None:
     assert targets.get("xnnpack").validated["dynamic-int8"] == frozenset({"linear"})
+    assert "dynamic-per-tensor-int8" not in targets.get("xnnpack").validated
+
+
+def _per_token(x: torch.Tensor) -> torch.Tensor:
+    """`x` quantized as XNNPACK's qd8 does: asymmetric int8 per row, the range widened to hold 0."""
+    lo = torch.clamp(x.amin(-1, keepdim=True), max=0.0)
+    hi = torch.clamp(x.amax(-1, keepdim=True), min=0.0)
+    scale = (hi - lo) / 255
+    zero = torch.clamp(-128 - torch.round(lo / scale), -128, 127)
+    return (torch.clamp(torch.round(x / scale) + zero, -128, 127) - zero) * scale
+
+
+@pytest.mark.parametrize("flow", ["transform-and-lower", "to_edge-addmm", "to_edge-mm"])
+@torch.no_grad()
+def test_a_pt2e_dynamic_per_tensor_linear_is_computed_per_token(flow) -> None:
+    """PT2E's dynamic config (the XNNPACK suite's qd8 linears) quantizes the input per tensor at run
+    time; XNNPACK quantizes it per token: the runtime equals the per-token computation and is off the
+    program. qflow does not prove it, before lowering or lowered (`to_edge` alone makes an addmm, or an mm
+    without a bias)."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from executorch.exir import to_edge
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 32, bias=flow != "to_edge-mm").eval()
+    x = (torch.randn(5, 64),)
+    config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
+    converted = xnnpack.quantize(model, x, XNNPACKQuantizer().set_global(config))
+    exported = torch.export.export(converted, x)
+    if flow == "transform-and-lower":
+        edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    else:
+        edge = to_edge(exported).to_backend(XnnpackPartitioner())
+    got = xnnpack.run(xnnpack.to_executorch(edge).buffer, x)[0]
+    weight = next(n for n in converted.graph.nodes if "dequantize_per_channel" in str(n.target))
+    dq_weight = torch.ops.quantized_decomposed.dequantize_per_channel(  # (as the program dequantizes it)
+        *(getattr(converted, a.target) if isinstance(a, torch.fx.Node) else a for a in weight.args)
+    )
+    per_token = torch.nn.functional.linear(_per_token(x[0]), dq_weight, model.bias)
+    assert _off(got, converted(*x)) > 100 * FLOAT_ROUNDING  # measured: 0.87 % of the output range
+    assert _off(got, per_token) <= FLOAT_ROUNDING
+    for program in (exported, edge.exported_program()):
+        report = qflow.analyze(program, target="xnnpack")
+        assert report.status == "unproven", str(report)
+        assert {f.kind for f in report.findings} == {"unvalidated-lowering"}, str(report)
 
 
 @pytest.mark.parametrize("name", ["8da8w-per-channel", "8da4w-group32"])

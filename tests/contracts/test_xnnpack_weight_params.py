@@ -71,7 +71,8 @@ def _torchao(config: Callable[[], object]) -> Callable[[], Built]:
 
 
 class OddMlp(torch.nn.Module):
-    """Odd input-channel counts: XNNPACK pads each int4 row of the payload to a whole byte."""
+    """Odd input-channel counts: XNNPACK pads each int4 row of the payload to a whole byte (the XNNPACK
+    suite's qd8 int4 linears, Linear(63, 127), were payload-weight-mismatch errors)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -82,7 +83,7 @@ class OddMlp(torch.nn.Module):
 
 
 def _pt2e_dynamic_int4() -> Built:
-    """The XNNPACK suite's qd8 int4 linears (dynamic per-token inputs, int4 weights per channel)."""
+    """The XNNPACK suite's qd8 int4 linears: PT2E dynamic inputs, int4 weights per channel."""
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
         get_symmetric_quantization_config,
@@ -110,6 +111,9 @@ PROGRAMS = {
     "pt2e-per-channel": _pt2e,
     "pt2e-dynamic-int4-odd": _pt2e_dynamic_int4,
 }
+#: Programs XNNPACK computes per token where they quantize per tensor: unproven, not proved (measured in
+#: tests/contracts/test_xnnpack_affine_contract.py); their payload weights are checked all the same.
+PER_TENSOR_DYNAMIC = {"pt2e-dynamic-int4-odd"}
 
 
 @dataclass
@@ -237,13 +241,17 @@ def _mutated(m: Mutant) -> Iterator[None]:
 def test_the_clean_program_proves_its_payload_weights_lowered_and_as_a_pte(programs, name) -> None:
     p = programs[name]
     alone = qflow.analyze(p.pte, target="xnnpack")
-    for report in (
-        qflow.analyze(p.edge, target="xnnpack"),
-        qflow.analyze(p.pte, target="xnnpack", reference=p.exported),
-    ):
-        assert report.status == "proved", report.findings
+    lowered = qflow.analyze(p.edge, target="xnnpack")
+    if name in PER_TENSOR_DYNAMIC:  # (unproven for that alone: XNNPACK quantizes the input per token)
+        assert {f.kind for f in lowered.findings if f.severity != "info"} == {"unvalidated-lowering"}, str(lowered)
+    else:
+        assert lowered.status == "proved", lowered.findings
+    # the .pte with its program: every payload weight is the program's (this compares weights, not the
+    # payload's dynamic quantization with the program's: a per-tensor one is not flagged in this form)
+    checked = qflow.analyze(p.pte, target="xnnpack", reference=p.exported)
+    assert checked.status == "proved", checked.findings
     # (with its program, the .pte has one more obligation per quantized weight: 2 here)
-    assert report.obligations["proved"] == alone.obligations["proved"] + 2
+    assert checked.obligations["proved"] == alone.obligations["proved"] + 2
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
