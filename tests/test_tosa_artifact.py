@@ -474,3 +474,32 @@ def test_a_merged_zero_bias_is_anchored_by_the_convolution_that_reads_it() -> No
     assert torch.equal(arm.run_tosa_reference(lowered, x)[0], gm(*x))
     report = qflow.analyze(lowered, target="arm-tosa", reference=program)
     assert report.status == "proved", str(report)
+
+
+class Cumsum(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(x, 1)
+
+
+def test_the_kernel_of_ones_arm_makes_of_a_cumsum_is_anchored_as_a_sum() -> None:
+    """The Arm suite's int8 cumsum tests: DecomposeCumsumPass computes a cumsum as a depthwise convolution
+    with a kernel of ones and a zero bias, constants no program declares (the lowered programs were
+    `reference-needed`). The all-ones kernel is a sum (codes 1 for the real 1) and a zero bias is zero in any
+    domain: proved alone, TOSA == FQ; a kernel code moved, and every output-changing RESCALE edit, is not."""
+    torch.manual_seed(0)
+    x = (torch.randn(2, 6),)
+    gm, lowered, lm = _proved_and_exact(Cumsum().eval(), x)
+    buf = bytes(lm.processed_bytes)
+    (kernel,) = [t for n, t in ta.read(buf).tensors.items() if n.endswith("_weight_hwicm")]
+    lm._processed_bytes = _patch(bytearray(buf), kernel.data_pos + 2, "<b", 2)
+    assert not torch.equal(_run(lowered, x), gm(*x).reshape(-1))
+    assert not ta.analyze_artifact(lowered).proved
+    changed = 0
+    for mut in (m for m in mutants(buf) if "RESCALE" in m.what):
+        lm._processed_bytes = mut.buf
+        out = _run(lowered, x)
+        if out is not None and not torch.equal(out, gm(*x).reshape(-1)):
+            changed += 1
+            assert not ta.analyze_artifact(lowered).proved, mut.what
+    lm._processed_bytes = buf
+    assert changed

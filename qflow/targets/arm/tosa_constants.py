@@ -7,6 +7,7 @@ check anchors those by name and content), but two passes make new ones:
   ``<name>_common``, whatever their declared domains (a scalar 1/N of two LayerNorms and a
   0.25 share code 127). Each *use* is anchored by the constant its PT2E node read: the use
   gets a copy of its own in that one domain.
+* ``DecomposeCumsumPass`` makes a depthwise kernel of ones (a sum), anchored as real ones.
 * ``FuseConstantArgsPass`` and ``ComputeConstantOpsAOTPass`` evaluate an op whose inputs are
   all constant into ``<node>_fused_const`` / ``<node>_pre_computed`` (the select of an LSTM's
   zero state, a ``full``). It is anchored in the node's
@@ -33,6 +34,7 @@ from qflow.targets.arm.tosa_flatbuffer import TosaOp, TosaProgram, region_module
 from qflow.targets.arm.tosa_interpreter import Anchors, Interpreter
 
 MERGED = "_common"
+CUMSUM_KERNEL = "_weight_hwicm"  # (a depthwise kernel, as TOSA lays it out)
 FOLDED = ("_fused_const", "_pre_computed")
 
 
@@ -46,7 +48,20 @@ def anchor_made_constants(prog: TosaProgram, anchors: Anchors, ep: Any, constant
     each verified folded constant anchored (in `anchors.consts`). `constants`: the partition's
     quantized constants by placeholder name (`tosa_anchors.Constant`)."""
     _anchor_folded(prog, anchors, ep)
+    _anchor_cumsum_kernels(prog, anchors, ep)
     return _split_merged(prog, anchors, ep, constants)
+
+
+def _anchor_cumsum_kernels(prog: TosaProgram, anchors: Anchors, ep: Any) -> None:
+    """Arm's DecomposeCumsumPass computes a cumsum as a depthwise convolution with a kernel of ones,
+    named after a convolution the partition does not have: its codes are 1 for the real value 1 (a
+    sum), on a grid of step 1. Only an all-ones kernel, in a partition with a cumsum, is anchored."""
+    if not any(n.op == "call_function" and base_name(target_name(n)) == "cumsum" for n in ep.graph.nodes):
+        return
+    for name, t in prog.tensors.items():
+        made = name.endswith(CUMSUM_KERNEL) and name.removesuffix(CUMSUM_KERNEL) not in anchors.nodes
+        if made and name not in anchors.consts and t.data is not None and t.data.size and (t.data == 1).all():
+            anchors.consts[name] = Domain.quantized("int8", 1.0, 0, -128, 127)
 
 
 def _split_merged(prog: TosaProgram, anchors: Anchors, ep: Any, constants: dict[str, Any]) -> TosaProgram:
