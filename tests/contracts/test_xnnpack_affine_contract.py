@@ -150,7 +150,8 @@ def test_a_pt2e_dynamic_per_tensor_linear_is_computed_per_token(flow) -> None:
         edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
     else:
         edge = to_edge(exported).to_backend(XnnpackPartitioner())
-    got = xnnpack.run(xnnpack.to_executorch(edge).buffer, x)[0]
+    pte = xnnpack.to_executorch(edge).buffer
+    got = xnnpack.run(pte, x)[0]
     weight = next(n for n in converted.graph.nodes if "dequantize_per_channel" in str(n.target))
     dq_weight = torch.ops.quantized_decomposed.dequantize_per_channel(  # (as the program dequantizes it)
         *(getattr(converted, a.target) if isinstance(a, torch.fx.Node) else a for a in weight.args)
@@ -158,10 +159,14 @@ def test_a_pt2e_dynamic_per_tensor_linear_is_computed_per_token(flow) -> None:
     per_token = torch.nn.functional.linear(_per_token(x[0]), dq_weight, model.bias)
     assert _off(got, converted(*x)) > 100 * FLOAT_ROUNDING  # measured: 0.87 % of the output range
     assert _off(got, per_token) <= FLOAT_ROUNDING
-    for program in (exported, edge.exported_program()):
-        report = qflow.analyze(program, target="xnnpack")
+    for report in (
+        qflow.analyze(exported, target="xnnpack"),
+        qflow.analyze(edge.exported_program(), target="xnnpack"),
+        qflow.analyze(pte, target="xnnpack", reference=exported),  # (the payload says per token; its program not)
+    ):
         assert report.status == "unproven", str(report)
         assert {f.kind for f in report.findings} == {"unvalidated-lowering"}, str(report)
+    assert qflow.analyze(pte, target="xnnpack").status == "proved"  # (alone, per token is what it says)
 
 
 @pytest.mark.parametrize("name", ["8da8w-per-channel", "8da4w-group32"])

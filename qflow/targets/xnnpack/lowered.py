@@ -53,9 +53,19 @@ def read_reference(ep: Any) -> Reference:
             v = TARGET.ignored_variants.get(op)
             if v is not None and node.kwargs.get(v.argument) == v.value:
                 asked.setdefault(op, []).append(node.name)
+    per_tensor = tuple(
+        node.name
+        for p in programs
+        for node in p.graph.nodes
+        if node.op == "call_function"
+        and base_name(target_name(node)) == "quantize_per_tensor"
+        and len(node.args) > 1
+        and isinstance(node.args[1], fx.Node)  # (a run-time scale)
+    )
     return Reference(
         tuple((node.name, w) for p in programs for node, w in _weighted(p)),
         tuple((op, tuple(names)) for op, names in asked.items()),
+        per_tensor,
     )
 
 

@@ -6,7 +6,10 @@ program declares that the payload no longer says (torch-free; `lowered.read_refe
   whatever the program's ``approximate`` was, so a program with a tanh GELU has each of the
   payload's GELU nodes checked as qflow checks the op before lowering
   (`qflow.integrations.ignored_variants`): proved where each node that reads it quantizes to a
-  step of at least twice the gap, unproven anywhere else.
+  step of at least twice the gap, unproven anywhere else;
+* its dynamic quantizations per tensor: the payload quantizes each dynamic input per token (measured:
+  another function, `TARGET.measured_off`), so a payload node reading one is unproven when the
+  program quantizes per tensor, as the program itself is before lowering.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ class Reference:
     weights: tuple[tuple[str, Weight], ...]
     #: per op base name, the reference's nodes that ask for a variant XNNPACK ignores
     variants: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: the reference's run-time quantizes with one scale per tensor (PT2E's dynamic config)
+    per_tensor_dynamic: tuple[str, ...] = ()
 
 
 def check(
@@ -43,6 +48,15 @@ def check(
 ) -> None:
     """Every check a reference makes possible, reported under the delegate's `prefix`."""
     check_against(dg, g, prefix, ref.weights, data)
+    if ref.per_tensor_dynamic:
+        for n in g.nodes:
+            dynamic = [v for v in n.inputs if (d := g.values[v].domain) is not None and "per token" in (d.opaque or "")]
+            if dynamic and n.type != "XNNConvert":
+                at = f"{prefix}/{n.label}"
+                quantizes = ", ".join(ref.per_tensor_dynamic)
+                why = (f"XNNPACK node {n.label} reads an input quantized per token at run time, and the program "
+                       f"quantizes per tensor ({quantizes}): measured another function")  # fmt: skip
+                dg.oblige_unbounded(at, "its dynamic input", "unvalidated-lowering", why, ("xnnpack",))
     for op, asked in ref.variants:
         v, kind = ignored.get(op), VARIANT_NODES.get(op)
         if v is None or kind is None or not asked:
