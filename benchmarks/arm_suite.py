@@ -1,4 +1,4 @@
-"""Run a slice of the ExecuTorch Arm (or Cortex-M) backend's own test suite under `--qflow-observe`.
+"""Run a slice of the ExecuTorch Arm (or Cortex-M, XNNPACK) backend's own test suite under `--qflow-observe`.
 
     python benchmarks/arm_suite.py                         # the README slice, with qflow (≈ 15-25 min on 2 cores)
     python benchmarks/arm_suite.py --baseline              # the same slice without qflow, for the wall-time ratio
@@ -7,6 +7,8 @@
     python benchmarks/arm_suite.py --summarize DIR         # only print the tables of an earlier run
     python benchmarks/arm_suite.py --suite cortex-m --out /tmp/qflow-cortex-m-suite   # the Cortex-M suite's
                                                            # dialect tests (ops, models; reference kernels)
+    python benchmarks/arm_suite.py --suite xnnpack --out /tmp/qflow-xnnpack-suite   # the XNNPACK suite's
+                                                           # quantized op tests (ExecuTorch runtime)
 
 The suites ship in the executorch wheel (`executorch/backends/arm/test/`,
 `executorch/backends/cortex_m/test/`) and run from their folder; nothing in it is modified. Results go to `--out`
