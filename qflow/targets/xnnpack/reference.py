@@ -50,8 +50,8 @@ def check(
     check_against(dg, g, prefix, ref.weights, data)
     if ref.per_tensor_dynamic:
         for n in g.nodes:
-            dynamic = [v for v in n.inputs if (d := g.values[v].domain) is not None and "per token" in (d.opaque or "")]
-            if dynamic and n.type != "XNNConvert":
+            per_token = any("per token" in (d.opaque or "") for v in n.inputs if (d := g.values[v].domain) is not None)
+            if per_token and n.type != "XNNConvert":
                 at = f"{prefix}/{n.label}"
                 quantizes = ", ".join(ref.per_tensor_dynamic)
                 why = (f"XNNPACK node {n.label} reads an input quantized per token at run time, and the program "
