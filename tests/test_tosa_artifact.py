@@ -408,6 +408,20 @@ def _proved_and_exact(model: nn.Module, x: tuple[torch.Tensor, ...]) -> tuple[An
     return gm, lowered, lm
 
 
+def _output_changing_edits_flagged(gm: Any, lowered: Any, lm: Any, x: tuple[torch.Tensor, ...], what: str) -> int:
+    """How many single `what` edits (`mutants`) of the delegate change its output on `x`; each must leave
+    the artifact unproved (the payload is restored after)."""
+    buf, changed = bytes(lm.processed_bytes), 0
+    for mut in (m for m in mutants(buf) if what in m.what):
+        lm._processed_bytes = mut.buf
+        out = _run(lowered, x)
+        if out is not None and not torch.equal(out, gm(*x).reshape(-1)):
+            changed += 1
+            assert not ta.analyze_artifact(lowered).proved, mut.what
+    lm._processed_bytes = buf
+    return changed
+
+
 def test_a_pre_computed_zeros_like_is_anchored_and_its_codes_checked() -> None:
     """The Arm suite's ``where(x > zeros_like(x), x, y)``: to_edge pre-computes the zeros into a TOSA
     constant named after a ``full`` the partition does not have. It is the partition's one computation
@@ -441,15 +455,7 @@ def test_a_table_two_ops_share_is_checked_for_each() -> None:
     buf = bytes(lm.processed_bytes)
     tables = [op for op in ta.read(buf).ops if op.op == "TABLE"]
     assert len(tables) == 2 and len({op.inputs[1] for op in tables}) == 1  # (one table, two uses)
-    changed = 0
-    for mut in (m for m in mutants(buf) if "TABLE" in m.what):
-        lm._processed_bytes = mut.buf
-        out = _run(lowered, x)
-        if out is not None and not torch.equal(out, gm(*x).reshape(-1)):
-            changed += 1
-            assert not ta.analyze_artifact(lowered).proved, mut.what
-    lm._processed_bytes = buf
-    assert changed
+    assert _output_changing_edits_flagged(gm, lowered, lm, x, "TABLE")
 
 
 def test_a_merged_zero_bias_is_anchored_by_the_convolution_that_reads_it() -> None:
@@ -494,12 +500,5 @@ def test_the_kernel_of_ones_arm_makes_of_a_cumsum_is_anchored_as_a_sum() -> None
     lm._processed_bytes = _patch(bytearray(buf), kernel.data_pos + 2, "<b", 2)
     assert not torch.equal(_run(lowered, x), gm(*x).reshape(-1))
     assert not ta.analyze_artifact(lowered).proved
-    changed = 0
-    for mut in (m for m in mutants(buf) if "RESCALE" in m.what):
-        lm._processed_bytes = mut.buf
-        out = _run(lowered, x)
-        if out is not None and not torch.equal(out, gm(*x).reshape(-1)):
-            changed += 1
-            assert not ta.analyze_artifact(lowered).proved, mut.what
     lm._processed_bytes = buf
-    assert changed
+    assert _output_changing_edits_flagged(gm, lowered, lm, x, "RESCALE")
