@@ -35,7 +35,12 @@ def domain_graph(
         if form not in (None, "lowered"):
             what = "the .pte bytes" if pte_bytes else str(obj)
             raise InputError(f"{what}: an ExecuTorch program is read as shipped (form 'lowered'), not {form!r}")
-        return pte.build(obj, _owner(reference) if reference is not None else None)
+        if reference is None:
+            return pte.build(obj)
+        from qflow.integrations import embedding_tables
+
+        owner = _owner(reference)
+        return pte.build(obj, owner, lambda: embedding_tables.read(owner))
     read_reference = t.hook("read_reference") if reference is not None else None
     if reference is not None and read_reference is None:
         raise InputError(

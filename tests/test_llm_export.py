@@ -113,8 +113,8 @@ def test_the_llm_pte_is_checked_against_the_etrecord_export_llm_writes(tiny_8da4
 @pytest.fixture(scope="session")
 def tiny_8da4w_emb4_pte(tmp_path_factory) -> Path:
     """With the token embedding quantized too (`embedding_quantize=4,32`, as ExecuTorch's Llama guide
-    exports): a `quantized_decomposed::embedding_4bit` kernel on the CPU."""
-    return _export_llm(tmp_path_factory.mktemp("llm-emb4"), kv_cache=True, embedding="4,32")
+    exports): a `quantized_decomposed::embedding_4bit` kernel on the CPU; and the ETRecord."""
+    return _export_llm(tmp_path_factory.mktemp("llm-emb4"), kv_cache=True, embedding="4,32", etrecord=True)
 
 
 def test_the_quantized_embedding_proves_as_a_kernel_reading_its_own_codes(tiny_8da4w_emb4_pte) -> None:
@@ -126,6 +126,28 @@ def test_the_quantized_embedding_proves_as_a_kernel_reading_its_own_codes(tiny_8
     dg = qflow.api.domain_graph(tiny_8da4w_emb4_pte, target="xnnpack")
     kernels = [o for o in dg.obligations if o.finding_kind == "kernel-argument-mismatch"]
     assert [o.node for o in kernels] == ["forward/embedding_4bit"] and kernels[0].holds
+
+
+def test_the_embedding_table_is_checked_against_the_etrecord(tiny_8da4w_emb4_pte, tmp_path) -> None:
+    """Against the program in the ETRecord, the kernel's packed table (codes and scales) must unpack to
+    the program's: one more obligation, proved; one code byte of the shipped table edited, an error."""
+    etrecord = tiny_8da4w_emb4_pte.parent / "etrecord.bin"
+    alone = qflow.analyze(tiny_8da4w_emb4_pte, target="xnnpack")
+    checked = qflow.analyze(tiny_8da4w_emb4_pte, target="xnnpack", reference=etrecord)
+    assert checked.status == "proved", str(checked)
+    assert checked.obligations["proved"] == alone.obligations["proved"] + 2 * 7 + 1 + 1
+    prog = read_pte(tiny_8da4w_emb4_pte)
+    plan = prog.plans[0]
+    call = next(c for c in plan.calls if c.kind == "kernel" and "embedding_4bit" in c.name)
+    table = prog.array(plan.value(call.args[0])).tobytes()
+    data = bytearray(tiny_8da4w_emb4_pte.read_bytes())
+    at = data.find(table)
+    data[at + 100] ^= 0x11  # (two codes of one byte move by one)
+    bad = tmp_path / "bad.pte"
+    bad.write_bytes(bytes(data))
+    report = qflow.analyze(bad, target="xnnpack", reference=etrecord)
+    assert [(f.kind, f.node) for f in report.errors] == [("kernel-argument-mismatch", "forward/embedding_4bit")]
+    assert "2 of 16384 values differ" in report.errors[0].message, report.errors[0].message
 
 
 def test_the_cli_exits_0_on_it(tiny_8da4w_pte) -> None:

@@ -23,6 +23,7 @@ ExecuTorch's Python packages (a backend's check may).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +77,18 @@ def _factor(a: str, b: str) -> float:
 
 class _Builder:
     def __init__(
-        self, prog: PteProgram, plan: Plan, prefix: str, reference: Any = None, unread_kernels: str = ""
+        self,
+        prog: PteProgram,
+        plan: Plan,
+        prefix: str,
+        reference: Any = None,
+        unread_kernels: str = "",
+        tables: Callable[[], Sequence[quantized_embedding.Table]] | None = None,
     ) -> None:
         self.prog, self.plan, self.prefix = prog, plan, prefix
         self.reference = reference
+        #: the reference program's quantized embedding tables (read once, when a kernel asks)
+        self.tables = tables
         #: why the kernels a target rewrote the program into are unproven (no reference, or none matched)
         self.unread_kernels = unread_kernels
         rewriter = _rewriter(plan)
@@ -303,6 +312,21 @@ class _Builder:
             if i in self.names:
                 self.dg.add_use(self.names[i], name, "input")
         quantized_embedding.oblige(self.dg, name, op, found)
+        if self.tables is not None and not found:
+            got = self._table(op, a[0], a[1], a[2])
+            if got is None:
+                why = f"{name} ({op}): its codes or scales are not constants of the .pte"
+                self.dg.oblige_unbounded(name, "its table", "kernel-argument-mismatch", why, ())
+            else:
+                quantized_embedding.check_against(self.dg, name, op, got, self.tables())
+
+    def _table(self, op: str, *args: EValue | None) -> quantized_embedding.Table | None:
+        """The real rows a quantized embedding kernel's constant codes, scales and zero points hold."""
+        tensors = [ev if ev is not None and ev.kind == "Tensor" else None for ev in args]
+        codes, scales, zero_points = (self.prog.array(ev) if ev is not None else None for ev in tensors)
+        if codes is None or scales is None or (zero_points is None and tensors[2] is not None):
+            return None
+        return quantized_embedding.dequantized(quantized_embedding.unpack(op, codes), scales, zero_points)
 
     def _reals_only(self, tensors: list[int]) -> bool:
         """Is every tensor float, or an integer kind that never holds codes (positions, masks)?"""
@@ -606,7 +630,10 @@ def _rewriter(plan: Plan) -> targets.Target | None:
     return next((t for c in plan.calls if c.kind == "kernel" and (t := targets.for_kernel(c.name))), None)
 
 
-def _plan_graph(prog: PteProgram, plan: Plan, reference: Any) -> DomainGraph:
+Tables = Callable[[], Sequence[quantized_embedding.Table]]
+
+
+def _plan_graph(prog: PteProgram, plan: Plan, reference: Any, tables: Tables | None) -> DomainGraph:
     """One execution plan's graph. A plan that calls kernels a target's passes rewrote the program
     into in place (Cortex-M) is that target's: it lowers the reference again, matches the plan
     against it and writes the plan's arguments in (`relower_plan`), and the program it returns is
@@ -614,11 +641,11 @@ def _plan_graph(prog: PteProgram, plan: Plan, reference: Any) -> DomainGraph:
     rewriter = _rewriter(plan)
     relower = rewriter.hook("relower_plan") if rewriter is not None and reference is not None else None
     if rewriter is None or relower is None:
-        return _Builder(prog, plan, "", reference).build()
+        return _Builder(prog, plan, "", reference, tables=tables).build()
     relowered = relower(prog, plan, reference)
     if relowered.program is None:
         why = f"the .pte is not the reference's lowering: {relowered.mismatch}"
-        return _Builder(prog, plan, "", reference, why).build()
+        return _Builder(prog, plan, "", reference, why, tables).build()
     # (torch and the FX reader only for a .pte whose program a target rewrote in place)
     from qflow.integrations.fx import build as build_program
 
@@ -631,21 +658,24 @@ def _plan_graph(prog: PteProgram, plan: Plan, reference: Any) -> DomainGraph:
     return dg
 
 
-def build(prog: PteProgram | str | Path | bytes, reference: Any = None) -> DomainGraph:
+def build(prog: PteProgram | str | Path | bytes, reference: Any = None, tables: Tables | None = None) -> DomainGraph:
     """The domain graph of every execution plan of a .pte (plans other than the
     only one are prefixed with their method name). `reference`: the program it was
     lowered from (an ExportedProgram), which each delegate's target reads with its
     ``read_reference`` hook (a TOSA payload's bare weight codes take the scales of
-    its quantized constants; its activations are what a CLAMP may be)."""
+    its quantized constants; its activations are what a CLAMP may be). `tables`: that
+    program's quantized embedding tables, which the CPU's embedding kernels must unpack to."""
     if not isinstance(prog, PteProgram):
         prog = read_pte(prog)
+    if tables is not None:
+        tables = _once(tables)
     if len(prog.plans) == 1:
-        dg = _plan_graph(prog, prog.plans[0], reference)
+        dg = _plan_graph(prog, prog.plans[0], reference, tables)
     else:
         rewriters = {t.name for p in prog.plans if (t := _rewriter(p)) is not None}
         dg = DomainGraph(form="lowered", target=rewriters.pop() if len(rewriters) == 1 else "generic")
         for plan in prog.plans:
-            dg.absorb(_plan_graph(prog, plan, reference), plan.name)
+            dg.absorb(_plan_graph(prog, plan, reference, tables), plan.name)
     dg.notes.append(
         f"read from the ExecuTorch program {Path(prog.source).name}: "
         + "; ".join(
@@ -655,3 +685,15 @@ def build(prog: PteProgram | str | Path | bytes, reference: Any = None) -> Domai
         )
     )
     return dg
+
+
+def _once(read: Tables) -> Tables:
+    """`read`, called at most once (the tables are read only if a kernel asks)."""
+    cache: list[Sequence[quantized_embedding.Table]] = []
+
+    def get() -> Sequence[quantized_embedding.Table]:
+        if not cache:
+            cache.append(read())
+        return cache[0]
+
+    return get

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from qflow.errors import InputError
 from qflow.ir.pte_tables import PROGRAM_NS, as_table, table, union_names
 
@@ -39,6 +41,8 @@ SCALAR_TYPES = {
 }
 _ITEM = {"uint8": "B", "int8": "b", "int16": "h", "int32": "i", "int64": "q", "float32": "f", "float64": "d"}
 _ITEM |= {"bool": "?", "uint16": "H", "uint32": "I", "uint64": "Q"}
+_NUMPY = {"uint8": "u1", "int8": "i1", "int16": "i2", "int32": "i4", "int64": "i8", "float16": "f2"}
+_NUMPY |= {"bfloat16": "u2", "float32": "f4", "float64": "f8"}
 #: Bytes per element of each dtype (a delegate's IO checked against what the program declares).
 ITEMSIZE = {"bool": 1, "int4": 1, "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8, "float16": 2}
 ITEMSIZE |= {"bfloat16": 2, "float32": 4, "float64": 8}
@@ -146,6 +150,19 @@ class PteProgram:
         if raw is None or len(raw) < size:
             return None
         return list(struct.unpack_from(f"<{ev.numel}{fmt}", raw, 0))
+
+    def array(self, ev: EValue) -> np.ndarray | None:
+        """A constant tensor's data in its sizes (a large table, where `tensor_data` would be slow), or None."""
+        if not ev.constant or self.constants is None or ev.dtype not in _NUMPY:
+            return None
+        raw = self.constants(ev.data_buffer)
+        dtype = np.dtype(_NUMPY[ev.dtype]).newbyteorder("<")
+        if raw is None or len(raw) < dtype.itemsize * ev.numel:
+            return None
+        out = np.frombuffer(raw, dtype=dtype, count=ev.numel)
+        if ev.dtype == "bfloat16":  # (the high half of a float32)
+            out = (out.astype(np.uint32) << 16).view(np.float32)
+        return out.reshape(ev.sizes)
 
 
 def is_pte(path: str | Path) -> bool:

@@ -10,7 +10,8 @@ model's scales are rounded the same way. A weight-only int4 linear miscomputes:
 the delegate computes with the raw codes as float weights (the scales dropped). A weight-only
 embedding (`IntxWeightOnlyConfig` on `nn.Embedding`) is not delegated — the partitioner has no
 embedding — and `to_executorch` refuses the program (no out variant of torchao's
-`dequantize_affine` on the CPU): loud, nothing computed wrong.
+`dequantize_affine` on the CPU): loud, nothing computed wrong. (With quant fusion, as `export_llm`
+emits it, it runs: tests/contracts/test_torchao_embedding.py.)
 """
 
 from __future__ import annotations
