@@ -43,6 +43,8 @@ LIPSCHITZ: dict[str, float] = {
 }  # fmt: skip
 #: Ops whose output error is at most the sum of their inputs' errors.
 SUMS = frozenset({"add", "add_", "sub", "sub_", "rsub"})
+#: Reductions that are the identity when every reduced dimension has one element (numel kept).
+_REDUCTIONS = frozenset({"amax", "amin", "mean", "sum"})
 #: Ops whose gain their adapter measures from constant operands or operand ranges.
 GAINED = frozenset({"linear", "conv1d", "conv2d", "conv3d", "convolution", "mul", "mul_", "bmm", "matmul", "mm"})
 #: Pass-through ops' arguments that carry data (any other tensor argument is an index or a mask:
@@ -123,10 +125,14 @@ def _sloped(name: str, r: tuple[float, float] | None) -> float | None:
     return {"rsqrt": 0.5 * lo**-1.5, "sqrt": 0.5 * lo**-0.5, "log": 1.0 / lo}.get(name)
 
 
-def _op_error(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: _Ranges) -> float:
+def _op_error(
+    dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: _Ranges, landed: Mapping[str, float]
+) -> float:
     """The real error of `v`'s op result from its inputs' errors ((producer, edge label, error))."""
     name = base_name(v.target)
     total, worst = sum(e for _, _, e in errs), max(e for _, _, e in errs)
+    if name in ("sub", "sub_") and len(errs) == 2 and _same_codes(dg, v, errs[0][0], errs[1][0], landed):
+        return 0.0  # x - x: 0 on both sides, whatever codes x has
     if v.op_class is OpClass.ACTIVATION and v.clamp is not None and len(errs) == 1:
         return 0.0 if rng.pinned(errs[0][0], worst, *v.clamp) else worst
     if v.op_class in (OpClass.PASSTHROUGH, OpClass.DEQUANTIZE, OpClass.QUANTIZE, OpClass.ACTIVATION):
@@ -142,7 +148,7 @@ def _op_error(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng
     if name == "sum":  # each output adds up numel(input) / numel(output) inputs
         n_in, n_out = dg.value(errs[0][0]).numel, v.numel
         return total * (n_in // n_out) if n_in and n_out and len(errs) == 1 else math.inf
-    k = LIPSCHITZ.get(name)
+    k = v.gain if name in LIPSCHITZ and v.gain is not None else LIPSCHITZ.get(name)
     if k is None and len(errs) == 1:
         k = _sloped(name, rng.hull(errs[0][0], errs[0][2]))
     return k * total if k is not None else math.inf
@@ -179,7 +185,7 @@ def output_error(
             continue
         else:
             v = dg.value(name)
-            e = _op_error(dg, v, incoming, ranges)
+            e = _op_error(dg, v, incoming, ranges, landed)
             reached = [p for p in g._pred[name] if p in err]
             first = reached[0]
             own = _grid(_own_domain(v)) if v.op_class not in (OpClass.DEQUANTIZE, OpClass.PASSTHROUGH) else None
@@ -204,6 +210,43 @@ def output_error(
             if lsb > worst.lsb or worst.output is None:
                 worst = Impact(name, lsb)
     return worst
+
+
+def _same_codes(dg: DomainGraph, v: Value, a: str, b: str, landed: Mapping[str, float]) -> bool:
+    """Are `a` and `b`, the operands of the elementwise `v`, one tensor's codes on both sides — the same
+    quantize's, reached through dequantizes, requantizes to that same domain and reductions over
+    dimensions of one element (a softmax's ``x - amax(x)`` over a row of one), with no error landing
+    between (a wrong read on one side only breaks it)? Element by element: no broadcast widens either."""
+    sizes = {v.numel, dg.value(a).numel, dg.value(b).numel}
+    if len(sizes) != 1 or None in sizes:
+        return False
+    ra, rb = _source(dg, a, landed), _source(dg, b, landed)
+    return ra is not None and ra == rb
+
+
+def _source(dg: DomainGraph, name: str, landed: Mapping[str, float]) -> str | None:
+    """The quantize whose codes `name` carries unchanged (see `_same_codes`), or None."""
+    grid: Domain | None = None
+    while True:
+        v = dg.value(name)
+        ins = [p for p, data in dg.g._pred[name].items() if "args[0]" in data["args"]]
+        if v.op_class in (OpClass.QUANTIZE, OpClass.DEQUANTIZE):
+            d = _own_domain(v)
+            if d is None or (grid is not None and d != grid):
+                return None
+            grid = d
+        elif base_name(v.target) not in _REDUCTIONS or len(ins) != 1 or dg.value(ins[0]).numel != v.numel:
+            return None
+        src = ins[0] if len(ins) == 1 else None
+        if v.op_class is OpClass.QUANTIZE and (src is None or not _carries(dg.value(src))):
+            return name  # (its input is computed here: the root both operands must share)
+        if src is None or name in landed:
+            return None
+        name = src
+
+
+def _carries(v: Value) -> bool:
+    return v.op_class is OpClass.DEQUANTIZE or base_name(v.target) in _REDUCTIONS
 
 
 def _own_domain(v: Value) -> Domain | None:

@@ -25,6 +25,10 @@ _WEIGHTED = activations.PRODUCERS
 _PRODUCTS = frozenset({"mul", "mul_"})
 _MATMULS = frozenset({"bmm", "matmul", "mm"})
 _SUMS = frozenset({"add", "add_", "sub", "sub_", "rsub"})
+#: Normalisations along one dimension: over a dimension of one element their output is a constant
+#: (softmax 1, log-softmax 0), whatever the input's codes — the decomposition subtracts the row's
+#: own maximum first — so no error on the input reaches it.
+_ROW_NORMALISED = frozenset({"softmax", "_softmax", "_safe_softmax", "log_softmax", "_log_softmax"})
 
 
 def gain(node: fx.Node, consts: Consts, weights: tuple[tuple[float, float, float], ...] | None = None) -> float | None:
@@ -40,6 +44,9 @@ def gain(node: fx.Node, consts: Consts, weights: tuple[tuple[float, float, float
         return max(1.0, abs(float(alpha))) if isinstance(alpha, (int, float)) else None
     if name in _PRODUCTS and len(args) == 2:
         return _product(args[0], args[1], consts, 1)
+    if name in _ROW_NORMALISED and len(args) >= 2 and isinstance(args[0], fx.Node) and isinstance(args[1], int):
+        shape = static_shape(val_of(args[0]))
+        return 0.0 if shape and -len(shape) <= args[1] < len(shape) and shape[args[1]] == 1 else None
     if name in _MATMULS and len(args) == 2:
         a, b = (_constant(x, consts) for x in args)
         if b is not None and a is None and b.dim() >= 2:  # x @ B: each output sums a column of B
