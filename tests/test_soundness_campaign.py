@@ -234,6 +234,19 @@ def test_the_joint_output_bound_follows_a_bilinear_upsample(campaign: Any) -> No
     assert not summary.reach_exceeded(rec), summary.reach_check(rec)
 
 
+def test_a_softmax_over_one_element_masks_a_dropped_requant(campaign: Any) -> None:
+    """00198-tx-arm-custom (a former false alarm): the requant Arm drops after a view moves codes by up to 213
+    LSB, but they reach the outputs only through a softmax over a row of one element, decomposed into
+    x - amax(x): the same codes on both sides, 0 whatever they are (measured exact). Before partitioning it
+    proves; the lowered program is still an error (its TOSA artifact check compares the MATMUL's zero point
+    with the domain the program declares, without weighing where the difference goes)."""
+    import summary
+
+    rec = campaign("00198-tx-arm-custom")
+    assert summary.truth(rec) == "exact", rec.get("err")
+    assert rec["verdict"] == "proved", rec["qflow"]["pre"]["findings"]
+
+
 #: torchao `quantize_` cases (issue #28, torchao_case.py): id → (the runtime's outcome, qflow's verdict before
 #: lowering with target="xnnpack", why the case is here).
 TORCHAO_CASES: dict[str, tuple[str, str, str]] = {

@@ -147,3 +147,45 @@ def test_a_clamp_that_pins_both_sides_moves_nothing() -> None:
     assert below.output is None and below.within_rounding
     either = impact.output_error(dg, {"q1": 3.0}, backend={"q1": (-6.4, 6.35)})  # (a backend that may go positive)
     assert either.output == "dq2" and not either.within_rounding
+
+
+def _row_of_one(
+    via_amax_domain: Domain, landed_below: bool = False, row: int = 1
+) -> tuple[DomainGraph, dict[str, float]]:
+    """A softmax's ``x - amax(x)`` over a row of one element: x → q(WIDE) → dq → amax (numel kept) →
+    q(<via_amax_domain>) → dq ─┐ ; and the same q(WIDE) → dq ─→ sub → q(OUT) → dq (the output)."""
+    dg = DomainGraph(form="qdq")
+
+    def add(name: str, target: str, cls: OpClass, d: Domain | None, *srcs: str, numel: int = 4) -> None:
+        dg.add_value(Value(name, target, cls, Definition(DefKind.FACT, d if d is not None else FLOAT), numel=numel))
+        for k, src in enumerate(srcs):
+            dg.add_use(src, name, f"args[{k}]")
+
+    q, dq = "quantized_decomposed.quantize_per_tensor.default", "quantized_decomposed.dequantize_per_tensor.default"
+    add("x", "placeholder", OpClass.UNKNOWN, None)
+    add("q0", q, OpClass.QUANTIZE, WIDE, "x")
+    add("dq0", dq, OpClass.DEQUANTIZE, WIDE, "q0")
+    add("dq0b", dq, OpClass.DEQUANTIZE, WIDE, "q0")
+    add("amax", "aten.amax.default", OpClass.COMPUTE, None, "dq0b", numel=4 // row)
+    add("q1", q, OpClass.QUANTIZE, via_amax_domain, "amax", numel=4 // row)
+    add("dq1", dq, OpClass.DEQUANTIZE, via_amax_domain, "q1", numel=4 // row)
+    add("sub", "aten.sub.Tensor", OpClass.COMPUTE, None, "dq0", "dq1")
+    add("q2", q, OpClass.QUANTIZE, OUT, "sub")
+    add("dq2", dq, OpClass.DEQUANTIZE, OUT, "q2")
+    dg.outputs = ["dq2"]
+    return dg, ({"dq1": 0.05} if landed_below else {"q0": impact.width(WIDE)})
+
+
+def test_x_minus_x_cancels_whatever_codes_x_has() -> None:
+    # q0's codes wrong by anything: both operands of the sub carry them, so it is 0 on both sides
+    dg, landed = _row_of_one(WIDE)
+    assert impact.output_error(dg, landed).lsb == 0.0
+    # through a requant to another domain the two sides are different functions of the codes
+    dg, landed = _row_of_one(Domain.quantized("int8", 0.1, 0, -128, 127))
+    assert impact.output_error(dg, landed).lsb > 100
+    # an error landing on one side only is not cancelled
+    dg, landed = _row_of_one(WIDE, landed_below=True)
+    assert impact.output_error(dg, landed).lsb >= 5
+    # nor is a row of four: amax is not x there
+    dg, landed = _row_of_one(WIDE, row=4)
+    assert impact.output_error(dg, landed).lsb > 100
