@@ -36,11 +36,16 @@ def domain_graph(
             what = "the .pte bytes" if pte_bytes else str(obj)
             raise InputError(f"{what}: an ExecuTorch program is read as shipped (form 'lowered'), not {form!r}")
         if reference is None:
-            return pte.build(obj)
-        from qflow.integrations import embedding_tables
+            dg = pte.build(obj)
+        else:
+            from qflow.integrations import embedding_tables
 
-        owner = _owner(reference)
-        return pte.build(obj, owner, lambda: embedding_tables.read(owner))
+            owner = _owner(reference)
+            dg = pte.build(obj, owner, lambda: embedding_tables.read(owner))
+        if target is not None and t.name not in (dg.target, "generic"):
+            dg.notes.append(f"target {t.name} was given: a .pte is read by the targets of its own delegates "
+                            f"and kernels ({dg.target})")  # fmt: skip
+        return dg
     read_reference = t.hook("read_reference") if reference is not None else None
     if reference is not None and read_reference is None:
         raise InputError(

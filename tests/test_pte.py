@@ -73,6 +73,10 @@ def test_the_execution_plan_is_read_with_its_quantize_arguments(built, ptes) -> 
     assert q == qdq_domain(node, Consts(ep.graph_module, ep))
 
 
+def test_a_tosa_pte_is_reported_for_arm_tosa(ptes) -> None:
+    assert {qflow.analyze(path).target for path in ptes.values()} == {"arm-tosa"}
+
+
 def test_the_tosa_io_types_are_those_the_in_memory_check_reads(built, ptes) -> None:
     from qflow.ir import delegate
 

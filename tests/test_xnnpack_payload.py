@@ -158,6 +158,10 @@ def test_clean_xnnpack_programs_prove_from_the_pte_and_run_right(xnnpack, name) 
     # the same verdict as the in-memory lowered program (read with the xnnpack target)
     in_memory = qflow.analyze(lowered)
     assert in_memory.proved and not in_memory.findings, str(in_memory)
+    # the report names the target its delegates were read for; another one given is said to be unused
+    assert from_pte.target == "xnnpack"
+    other = qflow.analyze(path, target="arm-tosa")
+    assert other.target == "xnnpack" and any("target arm-tosa was given" in n for n in other.notes), other.notes
 
 
 def test_the_payload_qparams_are_the_partitions_quantize_args(xnnpack) -> None:

@@ -91,8 +91,7 @@ class _Builder:
         self.tables = tables
         #: why the kernels a target rewrote the program into are unproven (no reference, or none matched)
         self.unread_kernels = unread_kernels
-        rewriter = _rewriter(plan)
-        self.dg = DomainGraph(form="lowered", target=rewriter.name if rewriter is not None else "generic")
+        self.dg = DomainGraph(form="lowered", target=_plan_target(plan))
         self.names: dict[int, str] = {}
         self.counts: dict[str, int] = {}
         #: Payloads whose backend checks their artifact once the whole plan is read.
@@ -633,6 +632,16 @@ def _rewriter(plan: Plan) -> targets.Target | None:
 Tables = Callable[[], Sequence[quantized_embedding.Table]]
 
 
+def _plan_target(plan: Plan) -> str:
+    """The target a plan is read for: the one whose passes rewrote it, or whose backend runs each of its
+    delegates; generic for a plan of portable kernels or of delegates to several backends."""
+    rewriter = _rewriter(plan)
+    if rewriter is not None:
+        return rewriter.name
+    owners = {t.name if (t := targets.for_backend(d.backend_id)) is not None else "" for d in plan.delegates}
+    return owners.pop() if len(owners) == 1 and "" not in owners else "generic"
+
+
 def _plan_graph(prog: PteProgram, plan: Plan, reference: Any, tables: Tables | None) -> DomainGraph:
     """One execution plan's graph. A plan that calls kernels a target's passes rewrote the program
     into in place (Cortex-M) is that target's: it lowers the reference again, matches the plan
@@ -672,8 +681,8 @@ def build(prog: PteProgram | str | Path | bytes, reference: Any = None, tables: 
     if len(prog.plans) == 1:
         dg = _plan_graph(prog, prog.plans[0], reference, tables)
     else:
-        rewriters = {t.name for p in prog.plans if (t := _rewriter(p)) is not None}
-        dg = DomainGraph(form="lowered", target=rewriters.pop() if len(rewriters) == 1 else "generic")
+        named = {_plan_target(p) for p in prog.plans} - {"generic"}
+        dg = DomainGraph(form="lowered", target=named.pop() if len(named) == 1 else "generic")
         for plan in prog.plans:
             dg.absorb(_plan_graph(prog, plan, reference, tables), plan.name)
     dg.notes.append(
