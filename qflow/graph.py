@@ -131,6 +131,9 @@ class Obligation:
     targets: tuple[str, ...] = ()
     #: STRUCTURAL: how far the failure moves the output, when known.
     bound: Bound | None = None
+    #: NO_FOLD_CHANGE across an activation: the codes of `expected` the backend's result lies in, measured
+    #: (the clamp the lowering makes of the activation, its bounds in that domain's codes); None: unknown.
+    codes: tuple[int, int] | None = None
 
 
 @dataclass

@@ -247,6 +247,20 @@ def test_a_softmax_over_one_element_masks_a_dropped_requant(campaign: Any) -> No
     assert rec["verdict"] == "proved", rec["qflow"]["pre"]["findings"]
 
 
+def test_a_dropped_requant_across_a_clamp_is_weighed_by_the_codes_the_passes_keep(campaign: Any) -> None:
+    """01161-cm-custom (a former false alarm): Cortex-M drops the requants across two hardtanhs and clamps
+    their input's codes by bounds quantized into the output domain (measured by running the passes on a
+    copy: clamp(-101, -54), then clamp(127, 127), one code, the program's own). The first moves codes by up
+    to 47 LSB, the second keeps only the code the program has (0 at every output, measured exact): before
+    the passes it proves. (After them the two clamps are still errors: `kernel-argument-mismatch` on a clamp
+    whose declared domains differ.)"""
+    import summary
+
+    rec = campaign("01161-cm-custom")
+    assert summary.truth(rec) == "exact", rec.get("err")
+    assert rec["verdict"] == "proved", rec["qflow"]["pre"]["findings"]
+
+
 #: torchao `quantize_` cases (issue #28, torchao_case.py): id → (the runtime's outcome, qflow's verdict before
 #: lowering with target="xnnpack", why the case is here).
 TORCHAO_CASES: dict[str, tuple[str, str, str]] = {

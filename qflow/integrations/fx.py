@@ -453,6 +453,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
             source, why = self._carried_fold(node, x, d) if copies else (x.name, "")
             if source is None:
                 return
+            across = xv.op_class is OpClass.ACTIVATION
             self.dg.oblige(
                 Obligation(
                     kind=ObligationKind.NO_FOLD_CHANGE,
@@ -463,12 +464,9 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
                     edge=(x.name, node.name),
                     arg=node.name,
                     allow_float=True,
-                    finding_kind=(
-                        "requant-across-activation"
-                        if xv.op_class is OpClass.ACTIVATION
-                        else "requant-after-passthrough"
-                    ),
+                    finding_kind="requant-across-activation" if across else "requant-after-passthrough",
                     targets=self._breaking(x, OpRule.CODE_COPY),
+                    codes=self._activation_codes(x, d) if across else None,
                 )
             )
         elif rule is OpRule.ZP_ONLY:
@@ -546,6 +544,14 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         if not self.target.members:
             return ()
         return tuple(t for t, r in self._rules(node).items() if r is rule)
+
+    def _activation_codes(self, act: fx.Node, d: Domain) -> tuple[int, int] | None:
+        """The codes of `d` a member target's lowering of activation `act` keeps when it drops the requant
+        into `d` (its ``activation_codes`` hook: Cortex-M's, measured by running its passes), or None."""
+        if self.reference is None or self._input_domain(act) == d:
+            return None
+        found = {h(self.reference, act.name) for t in self._members if (h := t.hook("activation_codes")) is not None}
+        return found.pop() if len(found) == 1 else None
 
     def _input_domain(self, node: fx.Node) -> Domain | None:
         """The integer grid `node`'s first tensor input is on (a DQ's domain), if known."""

@@ -69,6 +69,10 @@ def land(dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval]) -> Lan
         at = _landing(dg, r, rng)
         if at is None:
             return None
+        if at[0] in errors:  # (two violations at one value: their errors add up, anywhere)
+            replaced.discard(at[0])
+        elif at[3]:
+            replaced.add(at[0])
         errors[at[0]] = errors.get(at[0], 0.0) + at[1]
         backend[at[0]] = at[2] if at[0] not in backend else ranges.UNBOUNDED
     return Landed(errors, backend, frozenset(replaced))
@@ -148,16 +152,17 @@ def _widened(r: Read, codes: tuple[int, int] | None) -> Bound | None:
     return bounds.dropped_requant(replace(p, dtype=e.dtype), e, bounds.COPY, codes or (p.qmin, p.qmax))
 
 
-def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str, float, Interval] | None:
+def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str, float, Interval, bool] | None:
     """(the value whose codes a violation makes wrong, their real error at most, the interval the
-    backend's values there lie in), or None when qflow cannot bound it."""
+    backend's values there lie in, whether that holds whatever error reaches the value), or None when
+    qflow cannot bound it."""
     ob = r.obligation
     codes = _reach(r.produced, rng.get(ob.value))
     spot = ob.edge[1] if ob.edge and ob.kind is not ObligationKind.CLAIM else ob.node
     if spot not in dg.g:
         return None
     if not _read_by_outputs(dg, spot):  # (whatever it computes, no output reads it: dead code)
-        return spot, 0.0, ranges.UNBOUNDED
+        return spot, 0.0, ranges.UNBOUNDED, False
     if ob.finding_kind in ("requant-across-activation", "merged-duplicate-users"):
         # (the backend clamps the codes on the way / computes them in another domain of the same dtype:
         # anywhere in the declared dtype's range)
@@ -165,18 +170,23 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
         at = spot if ob.finding_kind == "requant-across-activation" else ob.node
         if declared is None or not math.isfinite(impact.width(declared)) or at not in dg.g:
             return None
-        return at, impact.width(declared), _read_as(declared, DTYPE_RANGE[declared.dtype])
+        if ob.codes is not None and (program := rng.get(at)) is not None:
+            # (measured: the backend keeps codes `ob.codes` of the declared domain; the program's lie in `program`)
+            lo, hi = _read_as(declared, ob.codes)
+            return at, max(hi, program[1]) - min(lo, program[0]), (lo, hi), True  # (a clamp: whatever reaches it)
+        return at, impact.width(declared), _read_as(declared, DTYPE_RANGE[declared.dtype]), False
     if ob.finding_kind == "dropped-scale" and ob.edge and ob.bound is not None and ob.expected is not None:
         # (zero points only, a bound over every code as a copy's; the backend writes the op's codes
         # clamped to the dtype: anywhere in it)
         d = ob.expected
         if not math.isfinite(impact.width(d)):
             return None
-        return spot, ob.bound.codes * d.scale, _read_as(d, _negated(dg, ob.node, d, rng))  # type: ignore[operator]
+        return spot, ob.bound.codes * d.scale, _read_as(d, _negated(dg, ob.node, d, rng)), False  # type: ignore[operator]
     if not r.copied or r.produced is None or r.expected is None or not math.isfinite(impact.width(r.expected)):
         return None
     bound = bounds.dropped_requant(r.produced, r.expected, bounds.COPY, codes) or _widened(r, codes)
     if bound is None:
         return None
     # (each code moves by at most `codes` steps; the backend's are the source's codes, read as declared)
-    return spot, bound.codes * r.expected.scale, _read_as(r.expected, codes or (r.produced.qmin, r.produced.qmax))  # type: ignore[operator]
+    read = _read_as(r.expected, codes or (r.produced.qmin, r.produced.qmax))
+    return spot, bound.codes * r.expected.scale, read, False  # type: ignore[operator]

@@ -137,6 +137,7 @@ class PassRun:
         self._measured = False
         self._left: frozenset[str] | None = None
         self._pads: dict[str, list[tuple[tuple[int, ...], ...]]] = {}
+        self._clamps: dict[str, tuple[int, int]] = {}
 
     def left_on_codes(self) -> frozenset[str] | None:
         """The activations (by their name before the passes) the passes left on codes with their
@@ -147,8 +148,13 @@ class PassRun:
                 before, after = self._lower()
             except Exception:  # noqa: BLE001 (the passes refusing the program: the prediction stands)
                 return None
-            self._left, self._pads = _read_run(before, after)
+            self._left, self._pads, self._clamps = _read_run(before, after)
         return self._left
+
+    def clamp_codes(self, name: str) -> tuple[int, int] | None:
+        """The codes the clamp the passes made of activation `name` keeps (its integer bounds, on codes
+        of a folded domain), or None (no such clamp, or the passes refuse the program)."""
+        return None if self.left_on_codes() is None else self._clamps.get(name)
 
     def pads(self, name: str) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | None:
         """(input shape, output shape) of each `cortex_m.pad` the passes made of node `name`; None
@@ -156,20 +162,37 @@ class PassRun:
         return None if self.left_on_codes() is None else self._pads.get(name, [])
 
 
-def _read_run(before: Any, after: Any) -> tuple[frozenset[str], dict[str, list[tuple[tuple[int, ...], ...]]]]:
-    """(the activations left on codes, each pad's `cortex_m.pad` shapes), by their names before the passes."""
+def _read_run(before: Any, after: Any) -> tuple[frozenset[str], dict[str, Any], dict[str, tuple[int, int]]]:
+    """(the activations left on codes, each pad's `cortex_m.pad` shapes, the code bounds of each clamp on
+    codes the passes made of an activation), by their names before the passes."""
     names = {n.name for n in before.graph.nodes}
     left: set[str] = set()
     pads: dict[str, list[tuple[tuple[int, ...], ...]]] = {}
+    clamps: dict[str, tuple[int, int]] = {}
     for n in after.graph.nodes:
         if n.op != "call_function" or (origin := _origin(n, names)) is None:
             continue
         op = base_name(target_name(n))
         if op in _CLAMPS and _left_as_written(n, op) is not None:
             left.add(origin)
+        elif op in _CLAMPS and (codes := _code_bounds(n, op)) is not None:
+            clamps[origin] = codes
         elif target_name(n).startswith("cortex_m.pad") and (shapes := _shapes(n.args[0], n)) is not None:
             pads.setdefault(origin, []).append(shapes)
-    return frozenset(left), pads
+    return frozenset(left), pads, clamps
+
+
+def _code_bounds(node: fx.Node, op: str) -> tuple[int, int] | None:
+    """The codes a clamp with integer bounds keeps of a folded int8 domain (QuantizedClampActivationPass's)."""
+    qout = (node.meta.get("output_qparams") or {}).get(0)
+    if not (node.meta.get("input_qparams") or {}) or qout is None or op not in ("clamp", "clamp_"):
+        return None
+    given = [*node.args[1:3], None, None][:2]
+    given = [node.kwargs.get(k, g) for k, g in zip(("min", "max"), given, strict=True)]
+    if not all(g is None or isinstance(g, int) for g in given):
+        return None
+    lo, hi = (int(qout.qmin) if given[0] is None else given[0]), (int(qout.qmax) if given[1] is None else given[1])
+    return (max(lo, int(qout.qmin)), min(hi, int(qout.qmax))) if lo <= hi else None
 
 
 def _origin(node: fx.Node, names: set[str]) -> str | None:
