@@ -79,6 +79,11 @@ def _describe(dg: DomainGraph, r: Result) -> tuple[str, str]:
             f"{ob.node} ({v.target}) is a {v.op_class.value} op: it copies the codes of its input, which are "
             f"in {prod}, yet claims output domain {exp}. No node converts the codes."
         )
+    if ob.kind is ObligationKind.NO_FOLD_CHANGE and ob.arg == ob.node:  # (a lowered clamp: no quantize left)
+        return ob.finding_kind, (
+            f"{ob.node} ({dg.value(ob.node).target}) writes codes of {prod} that the program reads in {exp}: the "
+            f"requant across the activation was dropped ({ob.detail})."
+        )
     if ob.kind is ObligationKind.NO_FOLD_CHANGE:
         q = ob.arg
         carried = "" if ob.value == ob.node else f" (the codes are still those of {ob.value}'s input)"

@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -113,6 +113,9 @@ class Reference:
     hardswishes: tuple[tuple[float, int], ...] = ()
     #: (input shape, output shape) of each pad (a constant_pad_nd, an avg_pool2d's padding)
     pads: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
+    #: each relu / hardtanh / clamp: the names it goes by (its own, those it was made from) and its bounds
+    #: in real units, as written
+    activations: tuple[tuple[frozenset[str], tuple[float | None, float | None]], ...] = ()
 
     def linear(self, weight: torch.Tensor) -> Linear | None:
         """The one linear whose weight codes are `weight`'s (None: none, or several)."""
@@ -195,6 +198,22 @@ def _code_bounds(node: fx.Node, op: str) -> tuple[int, int] | None:
     return (max(lo, int(qout.qmin)), min(hi, int(qout.qmax))) if lo <= hi else None
 
 
+def _relu_bounds(lo: Any, hi: Any, d: Domain) -> tuple[float | None, float | None] | None:
+    """The real bounds of clamp codes [lo, hi] of `d` that are a relu's (none, or real 0; no upper), else None."""
+    if lo not in (None, d.qmin, d.zero_point) or hi not in (None, d.qmax):
+        return None
+    return (0.0 if lo == d.zero_point else None), None
+
+
+def _names(node: fx.Node) -> frozenset[str]:
+    """`node`'s name and those of the nodes it was made from (its provenance chain)."""
+    out, sources = {node.name}, node.meta.get("from_node") or []
+    while sources:
+        out.add(sources[-1].name)
+        sources = sources[-1].from_node
+    return frozenset(out)
+
+
 def _origin(node: fx.Node, names: set[str]) -> str | None:
     """The node of the program before the passes that `node` was made from (its provenance chain)."""
     sources = node.meta.get("from_node") or []
@@ -222,12 +241,14 @@ def read_reference(ep: Any) -> Reference:
     def scale(n: Any) -> float | None:
         return float(n.args[1]) if isinstance(n, fx.Node) and "quantize_per_tensor" in target_name(n) else None
 
-    linears, adds, pads = [], [], []
+    linears, adds, pads, clamps = [], [], [], []
     activations: dict[str, list[tuple[float, int]]] = {"hardsigmoid": [], "hardswish": []}
     for n in ep.graph.nodes:
         op = base_name(target_name(n)) if n.op == "call_function" else ""
         if (padded := _padded(n, op)) is not None:
             pads.append(padded)
+        if op in _CLAMPS and (bounds := _real_bounds(n, op)) is not None:
+            clamps.append((_names(n), bounds))
         if op == "linear" and len(n.args) >= 2:
             weight, zp = codes(n.args[1])
             bias = codes(n.args[2])[0] if len(n.args) > 2 else None
@@ -244,7 +265,12 @@ def read_reference(ep: Any) -> Reference:
         elif op in activations and len(n.users) == 1 and scale(q := next(iter(n.users))) is not None:
             activations[op].append((float(q.args[1]), int(q.args[2])))
     return Reference(
-        tuple(linears), tuple(adds), tuple(activations["hardsigmoid"]), tuple(activations["hardswish"]), tuple(pads)
+        tuple(linears),
+        tuple(adds),
+        tuple(activations["hardsigmoid"]),
+        tuple(activations["hardswish"]),
+        tuple(pads),
+        tuple(clamps),
     )
 
 
@@ -1086,6 +1112,8 @@ def _clamp(k: _Kernel) -> None:
     d = k.reads(0, 0)
     k.value()
     lo, hi = k.arg(1), k.arg(2)
+    if d is not None and k.out is not None and k.out != d and not (d.per_channel or k.out.per_channel):
+        return _clamp_across(k, d, k.out)
     if d is None or k.out != d:
         return k.check("domain", False, f"a clamp copies codes, but declares {d} in and {k.out} out")
     ok_lo = lo is None or lo in (d.qmin, d.zero_point)  # (none, or relu: real 0)
@@ -1093,6 +1121,43 @@ def _clamp(k: _Kernel) -> None:
     if not (ok_lo and ok_hi):
         k.unproven(f"clamp bounds [{lo}, {hi}] are not a relu's in {d}: an activation the program after the "
                    "passes does not record")  # fmt: skip
+
+
+def _clamp_across(k: _Kernel, d: Domain, out: Domain) -> None:
+    """A clamp on codes of `d` whose result the program reads in `out`: the passes dropped the requant
+    across the activation it was made of, and quantized its bounds into `out`. Its codes are the input's,
+    bounded by those codes: a dropped requant (`requant-across-activation`) whose result lies in them, as
+    before the passes. That the bounds are the activation's, the program it came from says."""
+    known = k.reference.activations if isinstance(k.reference, Reference) else ()
+    made_of = [(names, bounds) for names, bounds in known if names & _names(k.node)]
+    src = k.arg(0)
+    if not isinstance(src, fx.Node) or src.name not in k.dg.g:
+        return k.check("domain", False, f"a clamp copies codes, but declares {d} in and {out} out")
+    got = tuple(b if isinstance(b, int) else None for b in (k.arg(1), k.arg(2)))
+    got = (out.qmin if got[0] is None else max(out.qmin, got[0]), out.qmax if got[1] is None else min(out.qmax, got[1]))
+    relu = _relu_bounds(k.arg(1), k.arg(2), out)
+    if len({bounds for _, bounds in made_of}) == 1:
+        origin, (lo, hi) = min(made_of[0][0], key=len), made_of[0][1]  # (the name it was exported with)
+    elif relu is not None:  # (as a clamp in one domain: a relu's bounds are known without the program)
+        origin, (lo, hi) = "a relu", relu
+    else:  # (weighed with its own bounds; that they are its activation's stays unproven)
+        k.unproven(f"a clamp on codes of {d} whose result is read in {out}: whether its bounds are its "
+                   "activation's, only the program it came from states")  # fmt: skip
+        z, s = int(out.zero_point), float(out.scale)  # type: ignore[arg-type]
+        origin = "its activation"
+        lo = None if got[0] <= out.qmin else (got[0] - z) * s
+        hi = None if got[1] >= out.qmax else (got[1] - z) * s
+    want = (out.qmin if lo is None else _code_of(out, lo), out.qmax if hi is None else _code_of(out, hi))
+    if got != want:
+        return k.check("bounds", False, f"clamps codes to {list(got)}; {origin}'s bounds [{lo}, {hi}] are codes "
+                       f"{list(want)} in {out}")  # fmt: skip
+    real = (-math.inf if lo is None else lo, math.inf if hi is None else hi)
+    k.dg.add_value(replace(k.dg.value(k.name), op_class=OpClass.ACTIVATION, clamp=real))
+    k.dg.oblige(
+        Obligation(ObligationKind.NO_FOLD_CHANGE, node=k.name, value=src.name, expected=out, edge=(src.name, k.name),
+                   arg=k.name, allow_float=True, finding_kind="requant-across-activation", codes=want,
+                   detail=f"the passes made {origin} a clamp of codes of {d} to {list(want)}, read in {out}")
+    )  # fmt: skip
 
 
 _READERS = {
