@@ -252,13 +252,14 @@ def test_a_dropped_requant_across_a_clamp_is_weighed_by_the_codes_the_passes_kee
     their input's codes by bounds quantized into the output domain (measured by running the passes on a
     copy: clamp(-101, -54), then clamp(127, 127), one code, the program's own). The first moves codes by up
     to 47 LSB, the second keeps only the code the program has (0 at every output, measured exact): before
-    the passes it proves. (After them the two clamps are still errors: `kernel-argument-mismatch` on a clamp
-    whose declared domains differ.)"""
+    the passes it proves; after them, and as a `.pte`, each clamp is read as the same dropped requant, its
+    bounds checked against the hardtanh it was made of (they were a `kernel-argument-mismatch` error)."""
     import summary
 
     rec = campaign("01161-cm-custom")
     assert summary.truth(rec) == "exact", rec.get("err")
-    assert rec["verdict"] == "proved", rec["qflow"]["pre"]["findings"]
+    for form in ("pre", "lowered", "pte"):
+        assert rec["qflow"][form]["verdict"] == "proved", (form, rec["qflow"][form]["findings"])
 
 
 #: torchao `quantize_` cases (issue #28, torchao_case.py): id → (the runtime's outcome, qflow's verdict before
