@@ -94,15 +94,17 @@ def analyze(
     `target` names the backend whose contract the program is proved against
     ("arm-tosa", "xnnpack", or an ExecuTorch partitioner object; None or
     "generic": arm-tosa and xnnpack at once; "cortex-m"). A lowered program's partitions
-    are always read by their own delegate's target.
+    are always read by their own delegate's target, and a .pte by its delegates' (the
+    report names it).
 
     `reference`: the PT2E program `obj` came from (its ExportedProgram or a .pt2 path), for
     a .pte, or for a program a target rewrites in place (cortex-m, after CortexMPassManager).
     A TOSA payload keeps its weights as bare codes; each one whose values are those of exactly
     one quantized constant of the reference takes that constant's scales, and each CLAMP must
     be one of the reference's activations, so the artifact check can prove what depends on
-    them: that the .pte computes the reference's declared domains. A Cortex-M linear's bias
-    (in `kernel_sum` on MVE) is checked against the reference's quantized bias, and a Cortex-M
+    them: that the .pte computes the reference's declared domains. A CPU quantized embedding
+    kernel's table (codes unpacked, scales, zero points) must be one of the reference's. A
+    Cortex-M linear's bias (in `kernel_sum` on MVE) is checked against the reference's quantized bias, and a Cortex-M
     .pte against the reference lowered again: its kernels' integers are checked as the .pte has
     them (`qflow.targets.cortex_m.pte_plan`).
     """
