@@ -16,13 +16,13 @@ proved, as the `.pte` states nothing else.)
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import executorch.kernels.quantized  # noqa: F401 - registers the quantized kernels with the runtime
 import numpy as np
 import pytest
 import torch
 from executorch.exir import ExecutorchBackendConfig
+from test_quantized_embedding import Built  # (the same record: a program in each form, its two outputs)
 from torchao.quantization import quantize_
 from torchao.quantization.granularity import PerAxis, PerGroup
 from torchao.quantization.quant_api import IntxWeightOnlyConfig, MappingType
@@ -42,17 +42,8 @@ TOKENS = (torch.arange(128).reshape(1, -1),)
 FLOAT_ROUNDING = 1e-5
 
 
-@dataclass(frozen=True)
-class Shipped:
-    exported: object
-    edge: object
-    pte: bytes
-    eager: torch.Tensor
-    got: torch.Tensor
-
-
 @pytest.fixture(scope="module")
-def shipped() -> dict[str, Shipped]:
+def shipped() -> dict[str, Built]:
     out = {}
     for name, (dtype, granularity, mapping) in CONFIGS.items():
         torch.manual_seed(0)
@@ -64,7 +55,7 @@ def shipped() -> dict[str, Shipped]:
         pte = edge.to_executorch(ExecutorchBackendConfig(do_quant_fusion_and_const_prop=True)).buffer
         with torch.no_grad():
             eager = model(*TOKENS)
-        out[name] = Shipped(exported, edge, pte, eager, xnnpack.run(pte, TOKENS)[0])
+        out[name] = Built(exported, edge, pte, eager, xnnpack.run(pte, TOKENS)[0])
     return out
 
 
