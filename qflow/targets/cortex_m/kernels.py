@@ -1130,11 +1130,9 @@ def _clamp_across(k: _Kernel, d: Domain, out: Domain) -> None:
     before the passes. That the bounds are the activation's, the program it came from says."""
     known = k.reference.activations if isinstance(k.reference, Reference) else ()
     made_of = [(names, bounds) for names, bounds in known if names & _names(k.node)]
-    src = k.arg(0)
-    if not isinstance(src, fx.Node) or src.name not in k.dg.g:
+    src, got = k.arg(0), _code_bounds(k.node, "clamp")
+    if not isinstance(src, fx.Node) or src.name not in k.dg.g or got is None:
         return k.check("domain", False, f"a clamp copies codes, but declares {d} in and {out} out")
-    got = tuple(b if isinstance(b, int) else None for b in (k.arg(1), k.arg(2)))
-    got = (out.qmin if got[0] is None else max(out.qmin, got[0]), out.qmax if got[1] is None else min(out.qmax, got[1]))
     relu = _relu_bounds(k.arg(1), k.arg(2), out)
     if len({bounds for _, bounds in made_of}) == 1:
         origin, (lo, hi) = min(made_of[0][0], key=len), made_of[0][1]  # (the name it was exported with)
