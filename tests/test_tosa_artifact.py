@@ -458,6 +458,26 @@ def test_a_table_two_ops_share_is_checked_for_each() -> None:
     assert _output_changing_edits_flagged(gm, lowered, lm, x, "TABLE")
 
 
+class SiluOfSilu(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.silu(x) + F.silu(F.silu(x))
+
+
+def test_a_table_is_the_node_it_tabulates_when_the_passes_number_nodes_again() -> None:
+    """Transformer campaign, stock a8w8 (`00204-tx-arm-pc`, `00416`, 2026-11-27): Arm's passes name a TABLE's
+    constant after its node as they number it — after FuseDuplicateUsersPass merged the two ``silu(x)``, the
+    third silu is their ``aten_silu_default_1``, the program's second. The check read that TABLE against
+    ``silu(x)``'s domains: an error on a program TOSA runs equal to the fake-quantized model. A TABLE is now
+    the node of its op that reads its input's domain and whose table it is: proved, and every edit of a
+    table that changes the output is flagged."""
+    torch.manual_seed(0)
+    x = (torch.randn(1, 4, 8) * 2,)
+    gm, lowered, lm = _proved_and_exact(SiluOfSilu().eval(), x)
+    tables = [t for op in ta.read(bytes(lm.processed_bytes)).ops if op.op == "TABLE" for t in op.inputs[1:2]]
+    assert sorted(tables) == ["b_aten_silu_default_1_table_constant", "b_aten_silu_default_table_constant"]
+    assert _output_changing_edits_flagged(gm, lowered, lm, x, "TABLE")
+
+
 def test_a_merged_zero_bias_is_anchored_by_the_convolution_that_reads_it() -> None:
     """DS-CNN and MobileNet of the Arm suite (`--qflow-observe`, 2026-11-27): zero biases, equal codes, which
     FuseEqualPlaceholdersPass merges into one `_common` constant; each use is anchored by the PT2E node its

@@ -47,7 +47,7 @@ def anchor_made_constants(prog: TosaProgram, anchors: Anchors, ep: Any, constant
     """`prog` with each resolvable use of a merged constant split into its own anchored copy, and
     each verified folded constant anchored (in `anchors.consts`). `constants`: the partition's
     quantized constants by placeholder name (`tosa_anchors.Constant`)."""
-    _anchor_folded(prog, anchors, ep)
+    _anchor_folded(prog, anchors, ep, constants)
     _anchor_cumsum_kernels(prog, anchors, ep)
     return _split_merged(prog, anchors, ep, constants)
 
@@ -117,12 +117,13 @@ def _consts(ep: Any) -> Consts:
     return Consts(ep.graph_module, ep if hasattr(ep, "graph_signature") else None)
 
 
-def _anchor_folded(prog: TosaProgram, anchors: Anchors, ep: Any) -> None:
+def _anchor_folded(prog: TosaProgram, anchors: Anchors, ep: Any, constants: dict[str, Any]) -> None:
     candidates: list[str] | None = None
     for name, t in prog.tensors.items():
         region = region_of(name, prog.regions)
         sub = region_module(ep.graph_module, region) if region is not None else None
         base = name.removesuffix(f"_{region}") if isinstance(sub, fx.GraphModule) else name
+        base = base.removesuffix(MERGED)  # (equal folded constants merged: one set of codes for every use)
         suffix = next((s for s in FOLDED if base.endswith(s)), None)
         if suffix is None or name in anchors.consts or t.data is None:
             continue
@@ -136,15 +137,18 @@ def _anchor_folded(prog: TosaProgram, anchors: Anchors, ep: Any) -> None:
             if len(found) == 1:
                 anchors.consts[name] = found.pop()
             continue
-        if node in anchors.node_out:
+        if node in anchors.node_out and not name.endswith(MERGED):
             d = _codes_domain(ep, node, anchors.node_out, t.data)
             if d is not None:
                 anchors.consts[name] = d
-            continue
+                continue
         # made from a node an Arm pass created (DecomposeLinearPass's views around an LSTM's constant
-        # first step): anchored when exactly one constant PT2E computation has these codes
+        # first step), named after a node the passes numbered apart from the program's, or merged with
+        # its equals: anchored when every constant PT2E computation that has these codes has one domain
         candidates = _constant_nodes(ep, anchors) if candidates is None else candidates
         found = {d for n in candidates if (d := _codes_domain(ep, n, anchors.node_out, t.data)) is not None}
+        if name.endswith(MERGED):  # (and every placeholder it may have been merged with)
+            found |= {c.domain for c in constants.values() if c.key == content_key(t.data)}
         if len(found) == 1:
             anchors.consts[name] = found.pop()
 

@@ -1023,8 +1023,8 @@ class Interpreter:
     def op_TABLE(self, op: TosaOp) -> None:  # noqa: N802
         x, table = op.inputs[:2]
         out = op.outputs[0]
-        node = _fx_name(table, self.a.nodes, self.p.regions)
         src = self.get(x)
+        node = self._table_node(table, src)
         if node is None and table.endswith("_common"):
             node = self._shared_table_use(table, src)
         dom_in, dom_out = self.a.node_in.get(node or ""), self.a.node_out.get(node or "")
@@ -1054,6 +1054,41 @@ class Interpreter:
             self.check(op, not bad, msg, None, dom_out)
         self.dom[out] = _dom_of(dom_out)
 
+    def _table_node(self, table: str, src: Dom) -> str | None:
+        """The node a TABLE tabulates. Its constant is named after the node as the Arm passes saw it,
+        and they number a partition's nodes of one op from 0 again, after merging duplicates: a later
+        partition's first ``exp`` (``aten_exp_default_1`` in the program) tabulates into
+        ``b_aten_exp_default_table_constant``, a name that is another node's or none. So: the node of
+        that op that reads `src`'s domain and whose table is these entries — the k-th of the partition
+        or the named one first, any other of the op after — else the k-th or named one that reads it."""
+        named = _fx_name(table, self.a.nodes, self.p.regions)
+        m = re.fullmatch(r"(.+?_default)(?:_(\d+))?", table.removeprefix("b_").removesuffix("_table_constant"))
+        same = [n for n, _ in self.a.order if m is not None and re.sub(r"_\d+$", "", n) == m.group(1)]
+        k = int(m.group(2) or 0) if m is not None else 0
+        first = [n for n in (same[k] if k < len(same) else None, named) if n is not None]
+        entries = self.data(table)
+        for n in dict.fromkeys([*first, *same]):
+            if self._reads(n, src) and self._tabulates(n, entries):
+                return n
+        return next((n for n in first if self._reads(n, src)), first[0] if first else None)
+
+    def _reads(self, node: str, src: Dom) -> bool:
+        d = self.a.node_in.get(node)
+        return (
+            d is not None and src.scale is not None and src.zp == d.zero_point
+            and _scale_ok(src.scale, d.scale, src.tol, _span(d.dtype))  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    def _tabulates(self, node: str, entries: np.ndarray | None) -> bool:
+        d_in, d_out, fn = self.a.node_in.get(node), self.a.node_out.get(node), self.a.ops.get(node)
+        if entries is None or d_in is None or d_out is None or fn is None or d_out.per_channel:
+            return False
+        try:
+            want = _table16(fn, d_in, d_out)[0] if len(entries) == 513 else _table8(fn, d_in, d_out)
+        except Exception:  # noqa: BLE001 - (an op of more than one tensor: never tabulated)
+            return False
+        return [int(v) for v in entries] == want
+
     def _shared_table_use(self, table: str, src: Dom) -> str | None:
         """The node one use of a table FuseEqualPlaceholdersPass shares (``<node>_table_constant_common``,
         an LSTM's sigmoid at every step; or another op's equal table: a softmax calibrated on a constant
@@ -1065,22 +1100,10 @@ class Interpreter:
             return None
         base = dict(self.a.order).get(named)
         for same_op in (True, False):  # (the named node's op first; any op whose table it equals, else)
-            fits, outs = [], set()
-            for n, b in self.a.order:
-                d_in, d_out, fn = self.a.node_in.get(n), self.a.node_out.get(n), self.a.ops.get(n)
-                if (b != base) is same_op or d_in is None or d_out is None or fn is None or d_out.per_channel:
-                    continue
-                if src.zp != d_in.zero_point or not _scale_ok(src.scale, d_in.scale, src.tol, _span(d_in.dtype)):  # type: ignore[arg-type]
-                    continue
-                try:
-                    want = _table16(fn, d_in, d_out)[0] if len(entries) == 513 else _table8(fn, d_in, d_out)
-                except Exception:  # (an op of more than one tensor: never tabulated)
-                    continue
-                if [int(v) for v in entries] == want:
-                    fits.append(n)
-                    outs.add(d_out)
+            fits = [n for n, b in self.a.order if (b == base) is same_op and self._reads(n, src)]
+            fits = [n for n in fits if self._tabulates(n, entries)]
             if fits:
-                return fits[0] if len(outs) == 1 else None
+                return fits[0] if len({self.a.node_out[n] for n in fits}) == 1 else None
         return None
 
     def table16(
