@@ -247,6 +247,20 @@ def test_a_softmax_over_one_element_masks_a_dropped_requant(campaign: Any) -> No
     assert rec["verdict"] == "proved", rec["qflow"]["pre"]["findings"]
 
 
+def test_a_stock_program_with_two_partitions_proves_lowered(campaign: Any) -> None:
+    """00476-tx-arm-pc (stock a8w8; a former lowered-form false alarm, measured exact): the second partition's
+    softmax TABLEs are named after its nodes as Arm's passes number them again (its first ``exp`` is their
+    ``aten_exp_default``, the program's ``aten_exp_default_1``), and the SDPA's scale and a masked_fill's
+    fill value, equal codes in two domains, are folded into one merged constant. The TABLEs are each read
+    against the node they tabulate, each use of the merged constant in the domain its PT2E node reads it
+    in: proved before partitioning and lowered (was an error: two TABLEs against the other softmax)."""
+    import summary
+
+    rec = campaign("00476-tx-arm-pc")
+    assert summary.truth(rec) == "exact", rec.get("err")
+    assert rec["verdict"] == "proved" and rec["qflow"]["lowered"]["verdict"] == "proved", rec["qflow"]["lowered"]
+
+
 def test_a_dropped_requant_across_a_clamp_is_weighed_by_the_codes_the_passes_keep(campaign: Any) -> None:
     """01161-cm-custom (a former false alarm): Cortex-M drops the requants across two hardtanhs and clamps
     their input's codes by bounds quantized into the output domain (measured by running the passes on a

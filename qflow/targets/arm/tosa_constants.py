@@ -71,14 +71,20 @@ def _split_merged(prog: TosaProgram, anchors: Anchors, ep: Any, constants: dict[
     if not merged:
         return prog
     reads = _constant_reads(ep, constants)
+    for node, used in _folded_reads(ep, anchors).items():
+        reads.setdefault(node, []).extend(used)
     where = Interpreter(prog, anchors)  # (only to name the PT2E node each TOSA op came from)
+    users: dict[str, list[TosaOp]] = {}
+    for op in prog.ops:
+        for i in op.inputs:
+            users.setdefault(i, []).append(op)
     tensors, ops, clones = dict(prog.tensors), list(prog.ops), []
     for name in merged:
         key = content_key(prog.tensors[name].data)  # type: ignore[arg-type]
         for k, op in enumerate(ops):
             if name not in op.inputs:
                 continue
-            domains = {c.domain for c in reads.get(where.node_of(prog.ops[k]), ()) if c.key == key}
+            domains = _use_domains(where, users, prog.ops[k], key, reads)
             if len(domains) != 1:
                 continue
             clone = f"{name}@{op.index}"
@@ -87,6 +93,26 @@ def _split_merged(prog: TosaProgram, anchors: Anchors, ep: Any, constants: dict[
             clones.append(TosaOp(op.index, "CONST", (), (clone,)))
             anchors.consts[clone] = domains.pop()
     return dataclasses.replace(prog, tensors=tensors, ops=(*clones, *ops))
+
+
+#: TOSA ops the serializer puts between a constant and the op of its PT2E node (a scalar's RESCALE to int32,
+#: its RESHAPE to the other operand's rank).
+_CARRIERS = frozenset({"RESCALE", "RESHAPE", "TRANSPOSE", "TILE"})
+
+
+def _use_domains(
+    where: Interpreter, users: dict[str, list[TosaOp]], op: TosaOp, key: tuple[int, bytes], reads: dict[str, list[Any]]
+) -> set[Domain]:
+    """The domains the PT2E node of `op` reads constants with codes `key` in; for a RESCALE or shape op
+    that node names none, those of the first ops after it that do."""
+    frontier = [op]
+    for _ in range(4):
+        for o in frontier:
+            domains = {c.domain for c in reads.get(where.node_of(o), ()) if c.key == key}
+            if domains:
+                return domains
+        frontier = [u for o in frontier if o.op in _CARRIERS for t in o.outputs for u in users.get(t, [])]
+    return set()
 
 
 def _constant_reads(ep: Any, constants: dict[str, Any]) -> dict[str, list[Any]]:
@@ -98,6 +124,36 @@ def _constant_reads(ep: Any, constants: dict[str, Any]) -> dict[str, list[Any]]:
                 src = a.args[0]
                 if isinstance(src, fx.Node) and src.name in constants:
                     out.setdefault(n.name, []).append(constants[src.name])
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Use:
+    """The codes a node reads from a constant computation, up to order, and the domain it reads them in."""
+
+    key: tuple[int, bytes]
+    domain: Domain
+
+
+def _folded_reads(ep: Any, anchors: Anchors) -> dict[str, list[_Use]]:
+    """FX node → the constant computations (a ``full``, quantized) it reads through their quantize and
+    dequantize, with the codes they fold into: a use of a merged folded constant is anchored by them."""
+    out: dict[str, list[_Use]] = {}
+    computed = set(_constant_nodes(ep, anchors))
+    consts = _consts(ep)
+    for n in ep.graph.nodes:
+        for dq in n.all_input_nodes:
+            q = dq.args[0] if dq.op == "call_function" and dq.args else None
+            if classify(target_name(dq)) is not OpClass.DEQUANTIZE or not isinstance(q, fx.Node) or not q.args:
+                continue
+            src = q.args[0]
+            d = qdq_domain(dq, consts)
+            if not isinstance(src, fx.Node) or src.name not in computed or d is None or not isinstance(d.scale, float):
+                continue
+            value = _evaluate(ep, src.name)
+            if value is not None:
+                codes = np.clip(np.round(value / d.scale) + d.zero_point, d.qmin, d.qmax)
+                out.setdefault(n.name, []).append(_Use(content_key(codes), d))
     return out
 
 
