@@ -478,6 +478,25 @@ def test_a_table_is_the_node_it_tabulates_when_the_passes_number_nodes_again() -
     assert _output_changing_edits_flagged(gm, lowered, lm, x, "TABLE")
 
 
+class GeluOfGelu(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(F.gelu(x))
+
+
+def test_a_table_two_ops_share_is_read_in_the_domain_nearest_its_input() -> None:
+    """Transformer campaign, stock a8w8 (`00604-tx-arm-pc`, 2026-11-27): GELU over values in [1, 4] is almost the
+    identity, so the two GELUs' domains are a hair apart, their tables equal, and FuseEqualPlaceholdersPass keeps
+    one. Each TABLE reading it fits both nodes; they declare output domains a hair apart, and the check gave up
+    (unproven). It now takes the node whose input scale is nearest the codes the TABLE reads: proved, TOSA ==
+    FQ, and every edit of the shared table that changes the output is flagged."""
+    torch.manual_seed(0)
+    x = (torch.rand(1, 4, 16) * 3 + 1,)
+    gm, lowered, lm = _proved_and_exact(GeluOfGelu().eval(), x)
+    tables = [op.inputs[1] for op in ta.read(bytes(lm.processed_bytes)).ops if op.op == "TABLE"]
+    assert len(tables) == 2 and len(set(tables)) == 1 and tables[0].endswith("_common")
+    assert _output_changing_edits_flagged(gm, lowered, lm, x, "TABLE")
+
+
 def test_a_merged_zero_bias_is_anchored_by_the_convolution_that_reads_it() -> None:
     """DS-CNN and MobileNet of the Arm suite (`--qflow-observe`, 2026-11-27): zero biases, equal codes, which
     FuseEqualPlaceholdersPass merges into one `_common` constant; each use is anchored by the PT2E node its

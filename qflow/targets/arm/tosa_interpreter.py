@@ -1079,6 +1079,11 @@ class Interpreter:
             and _scale_ok(src.scale, d.scale, src.tol, _span(d.dtype))  # type: ignore[arg-type]
         )  # fmt: skip
 
+    def _apart(self, node: str, src: Dom) -> float:
+        """How far `node`'s input scale is from the scale of the codes `src` (relative, in log)."""
+        d = self.a.node_in[node].scale
+        return abs(math.log(src.scale / d)) if isinstance(src.scale, float) and isinstance(d, float) else 0.0
+
     def _tabulates(self, node: str, entries: np.ndarray | None) -> bool:
         d_in, d_out, fn = self.a.node_in.get(node), self.a.node_out.get(node), self.a.ops.get(node)
         if entries is None or d_in is None or d_out is None or fn is None or d_out.per_channel:
@@ -1096,13 +1101,16 @@ class Interpreter:
         `src`'s domain and whose table is these entries, when they all declare one output domain."""
         named = _fx_name(table.removesuffix("_common"), self.a.nodes, self.p.regions)
         entries = self.data(table)
-        if named is None or entries is None or src.scale is None or src.zp is None:
+        if entries is None or src.scale is None or src.zp is None:
             return None
-        base = dict(self.a.order).get(named)
+        op = re.fullmatch(r"b_aten_(.+?)_default(?:_\d+)?_table_constant_common", table)  # (its name as the passes
+        base = dict(self.a.order).get(named or "", op.group(1) if op else None)  # numbered it: maybe none here)
         for same_op in (True, False):  # (the named node's op first; any op whose table it equals, else)
             fits = [n for n, b in self.a.order if (b == base) is same_op and self._reads(n, src)]
             fits = [n for n in fits if self._tabulates(n, entries)]
-            if fits:
+            if fits:  # (of nodes whose input domains are a hair apart, the nearest to the codes read)
+                near = min(self._apart(n, src) for n in fits)
+                fits = [n for n in fits if self._apart(n, src) == near]
                 return fits[0] if len({self.a.node_out[n] for n in fits}) == 1 else None
         return None
 
