@@ -13,7 +13,7 @@ import numpy as np
 from torch import fx
 
 from qflow.domain import FLOAT, Domain
-from qflow.ir.fx_nodes import Consts, constant_nodes, control_flow_operands, qdq_domain, target_name
+from qflow.ir.fx_nodes import Consts, control_flow_operands, qdq_domain, target_name
 from qflow.ops import OpClass, base_name, classify
 from qflow.targets.arm.tosa_constants import MERGED, anchor_made_constants, content_key
 from qflow.targets.arm.tosa_flatbuffer import TosaProgram, TosaTensor, read, region_of
@@ -44,8 +44,6 @@ def partition_anchors(ep: Any) -> Anchors:
 def _read_graph(a: Anchors, graph: fx.Graph, consts: Consts, region: str) -> None:
     from qflow.ir import activations, copy_chains
 
-    if not region:  # (the serializer numbers a region's operators on their own)
-        a.folded |= {n.name for n in constant_nodes(graph, consts) if n.op == "call_function"}
     for n in graph.nodes:
         key = n.name + region
         a.nodes.add(key)

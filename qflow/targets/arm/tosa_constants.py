@@ -65,8 +65,9 @@ def _anchor_cumsum_kernels(prog: TosaProgram, anchors: Anchors, ep: Any) -> None
 
 
 def _split_merged(prog: TosaProgram, anchors: Anchors, ep: Any, constants: dict[str, Any]) -> TosaProgram:
-    made = (MERGED, *FOLDED)  # (merged; or folded, with codes that more than one computation has in its domain)
-    merged = [n for n, t in prog.tensors.items() if n.endswith(made) and n not in anchors.consts and t.data is not None]
+    merged = [
+        n for n, t in prog.tensors.items() if n.endswith(MERGED) and n not in anchors.consts and t.data is not None
+    ]  # noqa: E501
     if not merged:
         return prog
     reads = _constant_reads(ep, constants)

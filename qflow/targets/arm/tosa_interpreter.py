@@ -41,8 +41,6 @@ class Anchors:
     nodes: set[str] = field(default_factory=set)  # every FX node name of the partition
     raw: set[str] = field(default_factory=set)  # inputs that are plain integer data (nothing quantizes them)
     order: list[tuple[str, str]] = field(default_factory=list)  # (node, op base name) in graph order
-    #: nodes computed from constants only: the lowering computes them ahead of time, into no TOSA operator
-    folded: set[str] = field(default_factory=set)
     pad_values: dict[str, float] = field(default_factory=dict)  # constant pad node → its real pad value
     #: True: every activation listed is lowered here, so each that cuts into the code range must
     #: have its CLAMP (a partition's own; or a whole program all of whose activations this one
@@ -213,7 +211,6 @@ _PT2E_OPS = {
     "ADD": {"add"},
     "SUB": {"sub"},
     "MUL": {"mul"},
-    "SELECT": {"where"},
     "NEGATE": {"neg"},
     "AVG_POOL2D": {"avg_pool2d", "adaptive_avg_pool2d", "mean"},
     "MAX_POOL2D": {"max_pool2d", "max_pool2d_with_indices"},
@@ -327,7 +324,7 @@ class Interpreter:
         if m is None:
             return _fx_name(op.outputs[0], self.a.nodes, self.p.regions)
         k = int(m.group(1) or 0)
-        same = [n for n, base in self.a.order if base in kinds and n not in self.a.folded]
+        same = [n for n, base in self.a.order if base in kinds]
         return same[k] if k < len(same) else None
 
     def _nearest(self, op: TosaOp) -> str:
