@@ -1073,6 +1073,7 @@ class Interpreter:
         return next((n for n in first if self._reads(n, src)), first[0] if first else None)
 
     def _reads(self, node: str, src: Dom) -> bool:
+        """Does `node` declare its input in the domain of the codes `src`?"""
         d = self.a.node_in.get(node)
         return (
             d is not None and src.scale is not None and src.zp == d.zero_point
@@ -1103,8 +1104,9 @@ class Interpreter:
         entries = self.data(table)
         if entries is None or src.scale is None or src.zp is None:
             return None
-        op = re.fullmatch(r"b_aten_(.+?)_default(?:_\d+)?_table_constant_common", table)  # (its name as the passes
-        base = dict(self.a.order).get(named or "", op.group(1) if op else None)  # numbered it: maybe none here)
+        # (the op: the named node's, or the one in the name, which the passes may have numbered away)
+        op = re.fullmatch(r"b_aten_(.+?)_default(?:_\d+)?_table_constant_common", table)
+        base = dict(self.a.order).get(named or "", op.group(1) if op else None)
         for same_op in (True, False):  # (the named node's op first; any op whose table it equals, else)
             fits = [n for n, b in self.a.order if (b == base) is same_op and self._reads(n, src)]
             fits = [n for n in fits if self._tabulates(n, entries)]
