@@ -152,8 +152,7 @@ def _folded_reads(ep: Any, anchors: Anchors) -> dict[str, list[_Use]]:
                 continue
             value = _evaluate(ep, src.name)
             if value is not None:
-                codes = np.clip(np.round(value / d.scale) + d.zero_point, d.qmin, d.qmax)
-                out.setdefault(n.name, []).append(_Use(content_key(codes), d))
+                out.setdefault(n.name, []).append(_Use(content_key(_quantized(value, d)), d))
     return out
 
 
@@ -221,10 +220,14 @@ def _codes_domain(ep: Any, node: str, declared: dict[str, Domain], data: np.ndar
         d = declared.get(n.name) if n.name == node else qdq_domain(n, consts)
         if d is None or d.per_channel or not isinstance(d.scale, float):
             continue
-        codes = np.clip(np.round(value / d.scale) + d.zero_point, d.qmin, d.qmax)
-        if content_key(codes) == content_key(data):
+        if content_key(_quantized(value, d)) == content_key(data):
             return d
     return None
+
+
+def _quantized(value: np.ndarray, d: Domain) -> np.ndarray:
+    """`value`'s codes in the per-tensor domain `d` (as the quantize the passes fold computes them)."""
+    return np.clip(np.round(value / d.scale) + d.zero_point, d.qmin, d.qmax)  # type: ignore[operator]
 
 
 def _requant_chain(ep: Any, name: str) -> list[fx.Node]:
