@@ -121,6 +121,21 @@ class _Unrounded(torch.fx.Interpreter):
         return out
 
 
+def _reads_inputs(node: torch.fx.Node) -> bool:
+    """Whether `node` is computed from the program's inputs (not a placeholder itself, nor a constant's
+    reshape): the values a gradient can push. Measured: a LayerNorm weight's reshape among the values made
+    every stress input fail in 412 of 1000 transformer cases (9d664a9), judged on the samples alone."""
+    seen, todo = set(), [a for a in node.all_input_nodes]
+    while todo:
+        n = todo.pop()
+        if n.op == "placeholder":
+            return True
+        if n not in seen:
+            seen.add(n)
+            todo.extend(n.all_input_nodes)
+    return False
+
+
 def domain_inputs(converted: torch.fx.GraphModule, tests: list[Inputs], seed: int) -> list[Inputs]:  # noqa: C901
     """Test inputs over the whole range each input's quantization domain holds — a program must compute right
     on every value it was quantized to accept, not only on the calibration samples' range (measured: a
@@ -146,7 +161,7 @@ def domain_inputs(converted: torch.fx.GraphModule, tests: list[Inputs], seed: in
         dict.fromkeys(
             q.args[0]
             for q in converted.graph.nodes
-            if _is_quantize(q) and isinstance(q.args[0], torch.fx.Node) and q.args[0].op != "placeholder"
+            if _is_quantize(q) and isinstance(q.args[0], torch.fx.Node) and _reads_inputs(q.args[0])
         )
     )
     values = random.Random(seed).sample(values, min(len(values), STRESS_VALUES))
@@ -158,8 +173,8 @@ def domain_inputs(converted: torch.fx.GraphModule, tests: list[Inputs], seed: in
                 xs = [x.detach().requires_grad_(x.is_floating_point()) for x in xs]
                 run = _Unrounded(converted, node)
                 run.run(*xs)
-                if not isinstance(run.value, torch.Tensor) or not run.value.is_floating_point():
-                    break
+                if not isinstance(run.value, torch.Tensor) or not run.value.requires_grad:
+                    break  # an integer value, or one no floating-point input reaches: pushed as far as it goes
                 goal = run.value.max() if sign > 0 else -run.value.min()
                 grads = torch.autograd.grad(goal, [x for x in xs if x.requires_grad], allow_unused=True)
                 it = iter(grads)

@@ -319,7 +319,8 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
             f"(`case.domain_inputs`). {len(by_domain)} miscompiles compute right on the samples' inputs alone "
             f"({flagged} of them flagged before partitioning: "
             + (", ".join(f"`{r['id']}`" for r in by_domain) or "none")
-            + ").",
+            + f"). {sum('inputs_error' in r for r in ran)} cases ran on the samples alone (building the domain "
+            "inputs failed: `inputs_error`).",
             "",
         ]
     lines += [
