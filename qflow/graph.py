@@ -24,6 +24,10 @@ from qflow.bounds import Bound
 from qflow.domain import DTYPE_RANGE, FLOAT, Domain
 from qflow.ops import OpClass
 
+#: The label of the edge from a value inside a delegate's graph (`call/name`) to the parent's value that
+#: returns it: the same codes, which `impact` follows out of the delegate (nothing else reads it).
+RETURNED = "returned by the delegate"
+
 
 class DefKind(enum.Enum):
     FACT = "fact"  # the node realizes `domain` (quantize, compute rescale, float op)

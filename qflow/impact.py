@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from qflow.bounds import TOLERANCE_LSB
 from qflow.domain import Domain
-from qflow.graph import DefKind, DomainGraph, Value
+from qflow.graph import RETURNED, DefKind, DomainGraph, Value
 from qflow.ops import MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name
 from qflow.ranges import Interval, domain_range, value_ranges
 
@@ -139,6 +139,8 @@ def _op_error(
         if v.op_class is OpClass.PASSTHROUGH and not all(_data_edge(name, lab) for _, lab, e in errs if e > 0):
             return math.inf
         return worst
+    if v.op_class is OpClass.DELEGATE and all(lab == RETURNED for _, lab, e in errs if e > 0):
+        return worst  # (what a delegate returns: its output's codes)
     if v.op_class is not OpClass.COMPUTE:
         return math.inf
     if name in GAINED:

@@ -130,3 +130,43 @@ def test_repair_undoes_the_chain_and_is_exact_on_the_tosa_reference_model(chains
     repaired = qflow.repair(converted, target="arm-tosa")
     assert qflow.analyze(repaired, target="arm-tosa").proved
     assert _lsb(converted, arm.lower(repaired, X)) <= 1.0 + 1e-4
+
+
+class TwoHops(nn.Module):
+    """A slice and a transpose, each requantized, then a relu back into the mul's domain: Arm folds all
+    three requants, so the relu's CLAMP reads codes of A, its bounds quantized in A (the relu's output)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu((x * 1.5)[:, :, 1:3].transpose(2, 3))
+
+
+HOPS = {
+    # name: (A, the slice's domain, the transpose's, what the TOSA reference model gives)
+    # A holds no positive value: the CLAMP [code of 0, qmax] in A keeps one code whatever the hops did
+    "masked": ((0.02, 127), (0.015, 100), (0.015, 30), "exact"),
+    # the same hops into a domain with room above 0: the transpose's grid clips what the relu keeps
+    "clipping": ((0.02, 0), (0.015, 0), (0.005, 0), "miscompile"),
+}
+
+
+@pytest.mark.parametrize("name", list(HOPS))
+def test_a_dropped_chain_into_an_activation_is_weighed_by_the_clamp_it_becomes(name) -> None:
+    """Two hops whose roundings move codes of A are no carried chain; what the relu's CLAMP keeps of
+    them is (`activation_codes`: QuantizeClampArgumentsPass quantizes its bounds in the output domain).
+    Campaign case 00056-arm-custom (a stack, a flatten, a hardtanh) was this false alarm."""
+    a, first, second, truth = HOPS[name]
+    quantizer = FixedChain("slice-relu", first, a)
+    quantizer.domains = {"mul": a, "slice": first, "transpose": second, "relu": a}
+    converted = arm.quantize(TwoHops(), X, quantizer=quantizer)
+    lowered = arm.lower(converted, X)
+    [got] = arm.run_tosa_reference(lowered, X)
+    lsb = ((got - converted(*X)).abs().max() / a[0]).item()
+    assert (lsb <= 1.0) == (truth == "exact"), f"{name}: {lsb:.1f} LSB on the TOSA reference model"
+    report = qflow.analyze(converted, target="arm-tosa")
+    lowered_report = qflow.analyze(lowered, target="arm-tosa", reference=torch.export.export(converted, X))
+    if truth == "exact":
+        assert report.proved, report.errors
+        assert not lowered_report.errors
+    else:
+        assert report.errors and max(f.output_lsb or 0 for f in report.errors) >= lsb
+        assert lowered_report.errors

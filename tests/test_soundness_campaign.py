@@ -136,6 +136,17 @@ CASES: dict[str, tuple[str, str]] = {
     "00300-cm": ("exact", "the emitter inserts a dim-order copy before a sum: a layout change, not a kernel"),
     "00316-cm": ("exact", "a pad checked against the program the passes were given, not the PT2E program"),
     "00359-cm-custom": ("miscompile", "a max_pool2d_with_indices left on codes returns two tensors; a cat reads one"),
+    # a dropped chain into an activation, and wrong codes inside a delegate (2026-11-27)
+    "00056-arm-custom": (
+        "exact",
+        "former false alarm: A -> stack -> B1 -> flatten -> B2 -> hardtanh(0, 6) -> A, all folded; A holds no positive "
+        "value, so the CLAMP Arm makes of the hardtanh, its bounds quantized in A, keeps one code whatever B1 and B2 did",
+    ),
+    "00130-tx-arm-custom": (
+        "miscompile",
+        "former lowered-form miss: requants dropped after an expand and a view inside a delegate (53 LSB); their "
+        "wrong codes reached no program output through the delegate call, so the lowered program was proved",
+    ),
 }
 #: Miscompiles repair does not fix: it inserts requants, and an activation the backend runs on codes
 #: with its real bounds needs its annotation changed instead, and no requant makes the backend clamp a
@@ -143,10 +154,6 @@ CASES: dict[str, tuple[str, str]] = {
 UNREPAIRABLE = {"00014-cm", "00015-cm-custom", "00118-cm", "00158-cm", "00628-cm", "00872-cm", "00110-arm-a16w8"}
 # Cases where qflow is wrong today (the campaign's open findings).
 KNOWN_WRONG: dict[str, str] = {
-    "00056-arm-custom": "a false alarm since 2026-11-27: a stack of one domain A starts a round trip A -> B -> A "
-    "through a hardtanh whose B keeps every value; skipping B's rounding (B's half step is more than A's) moves "
-    "codes of A by one, which a round trip was carried with before — that also proved 03214-tx-arm-custom, 210 "
-    "LSB off. It is weighed now as two misreads (output bound 255 LSB) where it is one code of A: measured exact",
     "00974-arm-a16w8": "reduced: a16w8 conv -> sum -> mul(conv, sum). The sum and the mul read the conv's "
     "accumulator unclamped (RewriteConvPass's int16 fork): 35612 output LSB off on inputs in the input's domain "
     "(2026-11-26; 8 on the calibration samples). qflow says unproven (skipped-requant), not an error: its proof "
@@ -193,6 +200,8 @@ def test_verdict_matches_backend(campaign: Any, cid: str) -> None:
         assert outcome == CASES[cid][0], f"{cid}: the backend now gives {outcome} ({rec.get('err')}); re-pick the case"
     if outcome == "miscompile":
         assert verdict == "error", f"{cid}: soundness miss: backend miscompiles ({rec.get('err')}), qflow {verdict}"
+        lowered = rec["qflow"].get("lowered", {})
+        assert lowered.get("verdict") != "proved", f"{cid}: lowered-form soundness miss: {lowered.get('findings')}"
     if outcome == "exact":
         assert verdict != "error", f"{cid}: false alarm: backend exact, qflow error {findings}"
         lowered = rec["qflow"].get("lowered", {})  # the lowered program, TOSA artifact included

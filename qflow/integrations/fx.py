@@ -546,11 +546,14 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         return tuple(t for t, r in self._rules(node).items() if r is rule)
 
     def _activation_codes(self, act: fx.Node, d: Domain) -> tuple[int, int] | None:
-        """The codes of `d` a member target's lowering of activation `act` keeps when it drops the requant
-        into `d` (its ``activation_codes`` hook: Cortex-M's, measured by running its passes), or None."""
-        if self.reference is None or self._input_domain(act) == d:
+        """The codes of `d` the lowering of activation `act` keeps when it drops the requant into `d`, when
+        every member target that drops it says the same (its ``activation_codes`` hook: Cortex-M's measured
+        by running its passes, Arm's the clamp its passes quantize in the output domain), or None."""
+        if self._input_domain(act) == d:
             return None
-        found = {h(self.reference, act.name) for t in self._members if (h := t.hook("activation_codes")) is not None}
+        breaking = set(self._breaking(act, OpRule.CODE_COPY)) or {t.name for t in self._members}
+        hooks = [t.hook("activation_codes") for t in self._members if t.name in breaking]
+        found = {h(self.reference, act, d) if h is not None else None for h in hooks}
         return found.pop() if len(found) == 1 else None
 
     def _input_domain(self, node: fx.Node) -> Domain | None:

@@ -9,7 +9,7 @@ import torch.fx as fx
 from qflow import targets
 from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
-from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind
+from qflow.graph import RETURNED, Definition, DefKind, DomainGraph, Obligation, ObligationKind
 from qflow.ir import delegate
 from qflow.ir.fx_nodes import arg_label, dtype_name, target_name, tensor_args, val_dtype, val_of
 from qflow.ops import OpClass, base_name
@@ -112,6 +112,9 @@ class DelegateReading:
             d = Definition(DefKind.FACT, out.domain, real=out.real)
         self._value(node, OpClass.DELEGATE, d)
         self.dg.add_use(call, node.name, f"output {out.index}")
+        inner = f"{node.args[0].args[0].name}/{out.partition_node}"  # type: ignore[union-attr]
+        if inner in self.dg.g:  # (the partition's value it returns: impact follows wrong codes out)
+            self.dg.add_use(inner, node.name, RETURNED)
         dt = val_dtype(node)
         declared = dtype_name(dt) if dt is not None else out.dtype
         produced = out.produced_dtype

@@ -89,3 +89,26 @@ def skipped_requants(gm: Any, consts: Any, folded: bool) -> list[Any]:
     from qflow.targets.arm import conv_widening, rescale_fusion
 
     return rescale_fusion.skipped_requants(gm, consts, folded) + conv_widening.skipped_requants(gm, consts, folded)
+
+
+def activation_codes(reference: Any, node: Any, domain: Any) -> tuple[int, int] | None:
+    """The codes of output `domain` the CLAMP Arm makes of activation `node` keeps when the fold drops
+    its requant: ConvertToClampPass makes a clamp of relu / hardtanh / clamp (one that does not read a
+    conv or linear directly, which FuseQuantizedActivationPass takes) and QuantizeClampArgumentsPass
+    quantizes its bounds with the output's qparams (executorch 1.5.1), whatever domain the codes it
+    reads are in (`reference` is not needed)."""
+    from qflow.ir.activations import PRODUCERS, bounds, code
+    from qflow.ir.fx_nodes import target_name
+    from qflow.ops import base_name
+
+    real = bounds(node)
+    src = node.args[0] if node.args else None
+    if real is None or src is None or base_name(target_name(src)) in PRODUCERS:
+        return None
+    if domain.is_float or domain.per_channel or not isinstance(domain.zero_point, int):
+        return None
+
+    def clip(x: float | None, edge: int) -> int:
+        return min(max(int(code(domain, x, edge)), domain.qmin), domain.qmax)
+
+    return clip(real[0], domain.qmin), clip(real[1], domain.qmax)

@@ -40,10 +40,10 @@ def relower_plan(prog: Any, plan: Any, reference: Any) -> Any:
     return relower(prog, plan, reference)
 
 
-def activation_codes(reference: Any, name: str) -> tuple[int, int] | None:
-    """Before the passes: the codes the clamp the passes make of activation `name` keeps, in its output
-    domain (measured by running them: `PassRun.clamp_codes`), when its requant is dropped."""
-    return reference.clamp_codes(name) if isinstance(reference, PassRun) else None
+def activation_codes(reference: Any, node: Any, domain: Any) -> tuple[int, int] | None:
+    """Before the passes: the codes the clamp the passes make of activation `node` keeps, in its output
+    `domain` (measured by running them: `PassRun.clamp_codes`), when its requant is dropped."""
+    return reference.clamp_codes(node.name) if isinstance(reference, PassRun) else None
 
 
 def passes_of(ep: Any) -> PassRun:
