@@ -64,7 +64,8 @@ CASES: dict[str, tuple[str, str]] = {
     "00130-tx-arm-custom": (
         "miscompile",
         "an A -> B -> A requant round trip through expand / view, B 96x coarser: Arm drops both requants, the "
-        "fake-quantized model rounds to B (53 LSB); carried before, as 'within one coarse step'",
+        "fake-quantized model rounds to B (53 LSB); carried before, as 'within one coarse step'; and a former "
+        "lowered-form miss: in the delegate, the wrong codes reached no program output through its call",
     ),
     "00080-tx-arm-pc": (
         "miscompile",
@@ -136,16 +137,11 @@ CASES: dict[str, tuple[str, str]] = {
     "00300-cm": ("exact", "the emitter inserts a dim-order copy before a sum: a layout change, not a kernel"),
     "00316-cm": ("exact", "a pad checked against the program the passes were given, not the PT2E program"),
     "00359-cm-custom": ("miscompile", "a max_pool2d_with_indices left on codes returns two tensors; a cat reads one"),
-    # a dropped chain into an activation, and wrong codes inside a delegate (2026-11-27)
+    # a dropped chain into an activation (2026-11-27)
     "00056-arm-custom": (
         "exact",
-        "former false alarm: A -> stack -> B1 -> flatten -> B2 -> hardtanh(0, 6) -> A, all folded; A holds no positive "
-        "value, so the CLAMP Arm makes of the hardtanh, its bounds quantized in A, keeps one code whatever B1 and B2 did",
-    ),
-    "00130-tx-arm-custom": (
-        "miscompile",
-        "former lowered-form miss: requants dropped after an expand and a view inside a delegate (53 LSB); their "
-        "wrong codes reached no program output through the delegate call, so the lowered program was proved",
+        "former false alarm: A -> stack -> B1 -> flatten -> B2 -> hardtanh(0, 6) -> A, all folded; A holds no "
+        "positive value, so the CLAMP Arm makes of the hardtanh, its bounds quantized in A, keeps one code",
     ),
 }
 #: Miscompiles repair does not fix: it inserts requants, and an activation the backend runs on codes
