@@ -89,10 +89,7 @@ def _read_as(d: Domain, codes: tuple[int, int]) -> Interval:
 def _read_by_outputs(dg: DomainGraph, node: str) -> bool:
     """Might a program output depend on `node`? No only for a top-level value of a Q/DQ program none
     of whose outputs it reaches (a subgraph's or a delegate's values, `a/b`, are linked by their call)."""
-    if dg.form != "qdq" or "/" in node:
-        return True
-    outputs = set(dg.outputs)
-    return node in outputs or not outputs.isdisjoint(nx.descendants(dg.g, node))
+    return dg.form != "qdq" or "/" in node or _linked(dg, node)
 
 
 def _linked(dg: DomainGraph, node: str) -> bool:
