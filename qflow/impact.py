@@ -162,11 +162,13 @@ def output_error(
     replaced: frozenset[str] = frozenset(),
     rng: Mapping[str, Interval] | None = None,
     backend: Mapping[str, Interval] | None = None,
+    inherits: Mapping[str, str] | None = None,
 ) -> Impact:
     """The worst program output the errors `landed` (value → real error of its codes, rounding
     included) reach. A value that lands an error and inherits one
     is unbounded (a wrong read of already wrong codes), unless its landed error already accounts
-    for what it inherits (`replaced`: the end of a chain of copies, weighed as a whole)."""
+    for what it inherits (`replaced`: the end of a chain of copies, weighed as a whole; it still carries
+    the error of the codes the chain copies, at the value `inherits` names)."""
     program = rng if rng is not None else value_ranges(dg)
     ranges = _Ranges(program, value_ranges(dg, backend) if backend else program)
     err: dict[str, float] = {}  # real error of each value reached
@@ -180,8 +182,8 @@ def output_error(
         if name in landed:
             if name not in replaced and any(e > 0 for _, _, e in incoming):
                 err[name] = pre[name] = math.inf
-            else:
-                err[name] = pre[name] = landed[name]
+            else:  # (a chain's end also carries what the codes it copies carry from upstream)
+                err[name] = pre[name] = landed[name] + err.get((inherits or {}).get(name, ""), 0.0)
             grid[name] = _grid(_own_domain(dg.value(name)))
         elif not incoming or all(e == 0 for _, _, e in incoming):
             continue

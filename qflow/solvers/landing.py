@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
@@ -44,6 +44,9 @@ class Landed:
     errors: dict[str, float]
     backend: dict[str, Interval]
     replaced: frozenset[str]
+    #: a chain's end → the value whose codes the chain copies: the error those carry from upstream reaches
+    #: the end too (the chain's own error is only what its dropped requants add)
+    inherits: dict[str, str] = field(default_factory=dict)
 
 
 def land(dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval]) -> Landed | None:
@@ -58,13 +61,15 @@ def land(dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval]) -> Lan
     errors: dict[str, float] = {}
     backend: dict[str, Interval] = {}
     replaced = set()
+    inherits: dict[str, str] = {}
     for r in reads:
         spot = r.obligation.edge[1] if r.obligation.edge else None
-        chain = _chain(dg, copies, spot) if spot in copies and copies[spot] is r else []
+        chain, start = _chain(dg, copies, spot) if spot in copies and copies[spot] is r else ([], "")
         eps = bounds.copied_through(chain[0], chain[1:]) if len(chain) > 2 else None
         if eps is not None and spot is not None:  # after another dropped requant: its source's codes
             errors[spot], backend[spot] = eps, _read_as(chain[-1], (chain[0].qmin, chain[0].qmax))
             replaced.add(spot)
+            inherits[spot] = start
             continue
         at = _landing(dg, r, rng)
         if at is None:
@@ -77,7 +82,7 @@ def land(dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval]) -> Lan
         backend[at[0]] = at[2] if at[0] not in backend else ranges.UNBOUNDED
     if any(e > 0 and not _linked(dg, n) for n, e in errors.items()):
         return None  # (`impact` follows no edge out of it to what the program returns)
-    return Landed(errors, backend, frozenset(replaced))
+    return Landed(errors, backend, frozenset(replaced), inherits)
 
 
 def _read_as(d: Domain, codes: tuple[int, int]) -> Interval:
@@ -101,10 +106,10 @@ def _linked(dg: DomainGraph, node: str) -> bool:
     return node in outputs or not outputs.isdisjoint(nx.descendants(dg.g, node))
 
 
-def _chain(dg: DomainGraph, copies: dict[str, Read], spot: str) -> list[Domain]:
-    """[the codes' source domain, then each requant the program asks for] along the dropped requants
-    that end at `spot`: each one's pass-through op reads, through dequantizes and pass-through ops
-    only, the value the one before lands on."""
+def _chain(dg: DomainGraph, copies: dict[str, Read], spot: str) -> tuple[list[Domain], str]:
+    """([the codes' source domain, then each requant the program asks for], the first one's pass-through
+    op) along the dropped requants that end at `spot`: each one's pass-through op reads, through
+    dequantizes and pass-through ops only, the value the one before lands on."""
     r = copies[spot]
     assert r.produced is not None and r.expected is not None
     cur = r.obligation.node
@@ -116,10 +121,11 @@ def _chain(dg: DomainGraph, copies: dict[str, Read], spot: str) -> list[Domain]:
         if cur in copies:
             if copies[cur].obligation.finding_kind == "requant-across-activation":
                 break  # (it clamps the codes by bounds in another domain on the way: they are no copy)
-            return [*_chain(dg, copies, cur), r.expected]
+            domains, start = _chain(dg, copies, cur)
+            return [*domains, r.expected], start
         if dg.value(cur).op_class not in (OpClass.DEQUANTIZE, OpClass.PASSTHROUGH):
             break
-    return [r.produced, r.expected]
+    return [r.produced, r.expected], r.obligation.node
 
 
 def _reach(d: Domain | None, r: Interval | None) -> tuple[int, int] | None:

@@ -596,7 +596,7 @@ def _masked(dg: DomainGraph, results: list[Result]) -> list[Result]:
     landed = landing.land(dg, reads, rng)
     if landed is None:
         return results
-    worst = impact.output_error(dg, landed.errors, landed.replaced, rng, landed.backend)
+    worst = impact.output_error(dg, landed.errors, landed.replaced, rng, landed.backend, landed.inherits)
     if not worst.within_rounding:
         if worst.output is None or not math.isfinite(worst.lsb):
             return results

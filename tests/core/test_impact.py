@@ -62,6 +62,17 @@ def test_a_landing_fed_a_wrong_value_is_unbounded_unless_weighed_whole() -> None
     assert impact.output_error(dg, {"q0": 0.05, "q1": 0.0}, frozenset({"q1"})).output is None  # (nothing out)
 
 
+def test_a_chain_end_still_carries_what_the_codes_it_copies_carry() -> None:
+    """A chain of dropped requants weighed whole (its end `replaced`) adds its own error to the codes it
+    copies, which may be wrong already (campaign case 00398-tx-arm-custom: a round trip after a wrong
+    view; the joint bound said 1 output LSB, the TOSA reference model was 62 off)."""
+    dg = _graph(OUT)
+    upstream = impact.output_error(dg, {"q0": 0.05}).lsb  # (q0's error alone, through f and g)
+    alone = impact.output_error(dg, {"q0": 0.05, "q1": 0.01}, frozenset({"q1"}))
+    carried = impact.output_error(dg, {"q0": 0.05, "q1": 0.01}, frozenset({"q1"}), inherits={"q1": "f"})
+    assert alone.lsb < upstream <= carried.lsb
+
+
 def test_lipschitz_constants_bound_the_real_functions() -> None:
     rng = random.Random(0)
     fns = {"sigmoid": lambda x: 1 / (1 + math.exp(-x)), "tanh": math.tanh, "erf": math.erf, "sin": math.sin,
