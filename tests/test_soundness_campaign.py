@@ -227,6 +227,18 @@ def test_the_joint_output_bound_holds_where_an_activation_clamps_a_dropped_chain
     assert not summary.reach_exceeded(rec), summary.reach_check(rec)
 
 
+def test_the_joint_output_bound_holds_where_a_chain_copies_wrong_codes(campaign: Any) -> None:
+    """00398-tx-arm-custom: a requant dropped after a view (wrong codes into an attention), then a round trip
+    A → B → A after a permute and a clone, weighed whole. The chain's end was bounded by the round trip's own
+    one code of A, forgetting that the codes it copies carried the view's error: `output_lsb` 1, measured 62
+    LSB beyond the band on the TOSA reference model (2026-11-27). Now 256."""
+    import summary
+
+    rec = campaign("00398-tx-arm-custom")
+    assert summary.truth(rec) == "miscompile" and rec["verdict"] == "error", rec.get("err")
+    assert not summary.reach_exceeded(rec), summary.reach_check(rec)
+
+
 def test_the_joint_output_bound_follows_a_bilinear_upsample(campaign: Any) -> None:
     """01023-cm-custom: a clamp whose requant Cortex-M drops feeds both outputs, one through a bilinear
     upsample, which had no error bound (no joint bound at all). Each output of it is a convex combination of
