@@ -98,10 +98,10 @@ def _read_by_outputs(dg: DomainGraph, node: str) -> bool:
 
 
 def _linked(dg: DomainGraph, node: str) -> bool:
-    """Is `node` a program output or does an edge path lead from it to one? Not a value inside a
-    delegate's or subgraph's own graph (`a/b`), which its call reads with no edge from it (measured: a
-    dropped requant 63 output LSB off on the TOSA reference model, inside a delegate, weighed as
-    reaching no output and proved)."""
+    """Is `node` a program output or does an edge path lead from it to one? Not a value of a subgraph
+    (`a/b`) its call reads with no edge from it — so a delegate's returned values are linked to their
+    `getitem` (measured: a dropped requant inside a delegate, 63 output LSB off on the TOSA reference
+    model, weighed as reaching no output and proved before they were)."""
     outputs = set(dg.outputs)
     return node in outputs or not outputs.isdisjoint(nx.descendants(dg.g, node))
 
