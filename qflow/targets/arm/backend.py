@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from qflow.ops import base_name
+
 
 def refine_boundaries(lowered: Any, inputs: list[Any], outputs: list[Any]) -> None:
     from qflow.targets.arm.boundary import refine_boundaries as refine
@@ -97,9 +99,8 @@ def activation_codes(reference: Any, node: Any, domain: Any) -> tuple[int, int] 
     conv or linear directly, which FuseQuantizedActivationPass takes) and QuantizeClampArgumentsPass
     quantizes its bounds with the output's qparams (executorch 1.5.1), whatever domain the codes it
     reads are in (`reference` is not needed)."""
-    from qflow.ir.activations import PRODUCERS, bounds, code
+    from qflow.ir.activations import PRODUCERS, bounds, code  # (torch.fx, loaded when asked)
     from qflow.ir.fx_nodes import target_name
-    from qflow.ops import base_name
 
     real = bounds(node)
     src = node.args[0] if node.args else None
