@@ -98,9 +98,10 @@ def activation_codes(reference: Any, node: Any, domain: Any) -> tuple[int, int] 
     its requant: ConvertToClampPass makes a clamp of relu / hardtanh / clamp (one that does not read a
     conv or linear directly, which FuseQuantizedActivationPass takes) and QuantizeClampArgumentsPass
     quantizes its bounds with the output's qparams (executorch 1.5.1), whatever domain the codes it
-    reads are in (`reference` is not needed)."""
-    from qflow.ir.activations import PRODUCERS, bounds, code  # (torch.fx, loaded when asked)
+    reads are in — the bounds the TOSA artifact check reads its CLAMPs by (`reference` is not needed)."""
+    from qflow.ir.activations import PRODUCERS, bounds  # (torch.fx, loaded when asked)
     from qflow.ir.fx_nodes import target_name
+    from qflow.targets.arm.tosa_interpreter import Activation, clamp_codes
 
     real = bounds(node)
     src = node.args[0] if node.args else None
@@ -108,8 +109,4 @@ def activation_codes(reference: Any, node: Any, domain: Any) -> tuple[int, int] 
         return None
     if domain.is_float or domain.per_channel or not isinstance(domain.zero_point, int):
         return None
-
-    def clip(x: float | None, edge: int) -> int:
-        return min(max(int(code(domain, x, edge)), domain.qmin), domain.qmax)
-
-    return clip(real[0], domain.qmin), clip(real[1], domain.qmax)
+    return clamp_codes(Activation(node.name, *real, domain), domain)

@@ -1147,7 +1147,7 @@ class Interpreter:
         activation that cuts into the code range must have its CLAMP."""
         from qflow.ir.activations import exact
 
-        bounds = _code_bounds
+        bounds = clamp_codes
         realised: set[int] = set()
         unknown: list[TosaOp] = []
         for op, src, lo, hi in self.clamps:
@@ -1243,7 +1243,7 @@ class Interpreter:
                        d, expected)  # fmt: skip
 
 
-def _code_bounds(act: Activation, d: Domain) -> tuple[int, int]:
+def clamp_codes(act: Activation, d: Domain) -> tuple[int, int]:
     """An activation's bounds quantized in `d`; a bound beyond the code range saturates
     (hardtanh(2, 3) on a grid that ends at 1.5 is all qmax)."""
     from qflow.ir.activations import code
@@ -1261,7 +1261,7 @@ def _same_constant(act: Activation, lo: int, hi: int, src: Dom) -> bool:
     d = act.domain
     if lo != hi or src.scale is None or src.zp is None or isinstance(src.scale, tuple) or d.per_channel:
         return False
-    if _code_bounds(act, d) != (lo, hi):
+    if clamp_codes(act, d) != (lo, hi):
         return False
     mine, theirs = (lo - src.zp) * src.scale, (lo - d.zero_point) * d.scale  # type: ignore[operator]
     return abs(mine - theirs) <= 1e-6 * max(abs(mine), abs(theirs))
