@@ -14,7 +14,7 @@ computes from wrong codes (`given`), as the ops after them compute right. Torch-
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from qflow.domain import Domain
 from qflow.graph import DefKind, DomainGraph, Value
@@ -29,6 +29,13 @@ _MONOTONE = {
     "exp": lambda x: math.exp(x) if x < 700 else math.inf,
     "hardsigmoid": lambda x: min(max(x / 6 + 0.5, 0.0), 1.0),
     "erf": math.erf,
+}
+#: Functions falling then rising, with their least value, just below it (SiLU's -0.27846 at
+#: x = -1.2785; GELU's -0.16997, its tanh approximation's -0.17004, at x ≈ -0.752), where that is and
+#: how far the function may be off (GELU's tanh approximation is within 5e-4 of the erf form).
+_DIPPING: dict[str, tuple[Callable[[float], float], float, float, float]] = {
+    "silu": (lambda x: x / (1 + math.exp(-x)) if x > -700 else 0.0, -1.2785, -0.2785, 0.0),
+    "gelu": (lambda x: 0.5 * x * (1 + math.erf(x / math.sqrt(2))), -0.752, -0.1701, 1e-3),
 }
 #: Ops whose output lies in a fixed interval whatever their input.
 _BOUNDED: dict[str, Interval] = {"softmax": (0.0, 1.0), "_softmax": (0.0, 1.0), "_safe_softmax": (0.0, 1.0),
@@ -67,6 +74,31 @@ def _mul(a: Interval, b: Interval) -> Interval:
     return (min(ps), max(ps)) if len(ps) == 4 else UNBOUNDED
 
 
+def _dipping(name: str, x: Interval) -> Interval:
+    f, at, least, slack = _DIPPING[name]
+    ends = [
+        f(x[0]) if math.isfinite(x[0]) else (0.0 if x[0] < 0 else math.inf),
+        f(x[1]) if math.isfinite(x[1]) else math.inf,
+    ]
+    lo = least if x[0] <= at <= x[1] else min(ends) - slack
+    return lo, max(ends) + slack
+
+
+def _positive(name: str, x: Interval) -> Interval:
+    """sqrt / log rise, rsqrt / reciprocal fall, over positive inputs (anything else: unbounded)."""
+    lo, hi = x
+    if name == "reciprocal" and hi < 0:
+        return 1.0 / hi, (1.0 / lo if math.isfinite(lo) else 0.0)
+    if hi <= 0 or lo < 0:
+        return UNBOUNDED
+    if name == "sqrt":
+        return math.sqrt(lo), math.sqrt(hi)
+    if name == "log":
+        return (math.log(lo) if lo > 0 else -math.inf), math.log(hi)
+    f = (lambda t: t**-0.5) if name == "rsqrt" else (lambda t: 1.0 / t)
+    return (f(hi) if math.isfinite(hi) else 0.0), (f(lo) if lo > 0 else math.inf)
+
+
 def _affine(v: Value, x: Interval) -> Interval:
     """A linear layer / convolution over an input in `x` (a convolution's padding adds zeros)."""
     assert v.channels is not None
@@ -91,6 +123,10 @@ def _compute(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) ->
             return _MONOTONE[name](x[0]), _MONOTONE[name](x[1])
         if name in _WITHIN:
             return x
+        if name in _DIPPING:
+            return _dipping(name, x)
+        if name in ("sqrt", "log", "rsqrt", "reciprocal"):
+            return _positive(name, x)
         if name == "neg":
             return -x[1], -x[0]
         if name == "abs":
@@ -108,6 +144,9 @@ def _compute(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) ->
         a, b = by_label["args[0]"], by_label["args[1]"]
         if name == "add":
             return a[0] + b[0], a[1] + b[1]
+        if name == "mul" and len({p for p, _, _ in ins}) == 1:  # x * x
+            top = max(a[0] ** 2, a[1] ** 2)
+            return (0.0 if a[0] <= 0 <= a[1] else min(a[0] ** 2, a[1] ** 2)), top
         return (a[0] - b[1], a[1] - b[0]) if name == "sub" else _mul(a, b)
     return UNBOUNDED
 

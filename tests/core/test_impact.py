@@ -97,6 +97,35 @@ def test_value_ranges_follow_clamps_relus_and_weights() -> None:
     assert r["x"] == ranges.UNBOUNDED
 
 
+def test_value_ranges_hold_every_value_of_the_functions_they_follow() -> None:
+    """SiLU and GELU (both forms) dip below 0 once, sqrt / log rise and rsqrt / reciprocal fall on each side
+    of 0, x * x is a square: each interval holds every value over its input interval (a LayerNorm's
+    variance reaches its rsqrt only through these: campaign case 00766-tx-arm-custom)."""
+    gelu_tanh = lambda x: 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))  # noqa: E731
+    gelu = lambda x: 0.5 * x * (1 + math.erf(x / 2**0.5))  # noqa: E731
+    fns = {"silu": [lambda x: x / (1 + math.exp(-x))], "gelu": [gelu, gelu_tanh], "sqrt": [math.sqrt],
+           "log": [math.log], "rsqrt": [lambda x: x**-0.5], "reciprocal": [lambda x: 1 / x]}  # fmt: skip
+    rng = random.Random(1)
+    for name, fs in fns.items():
+        dg = _graph(WIDE, op=name, gain=None)
+        for _ in range(300):
+            lo, hi = sorted(rng.uniform(-4, 4) for _ in range(2))
+            r = ranges.value_ranges(dg, given={"dq0": (lo, hi)})["f"]
+            for x in (lo + (hi - lo) * k / 200 for k in range(201)):
+                if x <= 0 and name in ("log", "rsqrt", "reciprocal") or x < 0 and name == "sqrt":
+                    assert r == ranges.UNBOUNDED or (name == "reciprocal" and hi < 0 and x < 0), (name, lo, hi)
+                    continue
+                assert all(r[0] - 1e-12 <= f(x) <= r[1] + 1e-12 for f in fs), (name, lo, hi, x, r)
+    at = {name: ranges.value_ranges(_graph(WIDE, op=name, gain=None), given={"dq0": (0.25, 4.0)})["f"] for name in fns}
+    assert at["rsqrt"] == (0.5, 2.0) and at["reciprocal"] == (0.25, 4.0) and at["sqrt"] == (0.5, 2.0)
+    silu = ranges.value_ranges(_graph(WIDE, op="silu", gain=None), given={"dq0": (-4.0, 0.0)})["f"]
+    assert silu == pytest.approx((-0.2785, 0.0))  # (not unbounded: the least value, just below it)
+    square = _graph(WIDE, op="mul", gain=None)
+    square.add_use("dq0", "f", "args[1]")
+    assert ranges.value_ranges(square, given={"dq0": (-3.0, 2.0)})["f"] == (0.0, 9.0)
+    assert ranges.value_ranges(square, given={"dq0": (1.0, 2.0)})["f"] == (1.0, 4.0)
+
+
 def test_saturation_on_both_sides_moves_no_code() -> None:
     # g's interval [-0.00255, 0.00255] plus any error below 0.2 sits inside OUT: no saturation; but a
     # requant whose range lies beyond everything g can reach pins both sides at one end
