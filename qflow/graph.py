@@ -115,7 +115,7 @@ class Obligation:
     value: str  # the producer side
     expected: Domain | None = None
     expected_real: bool | None = None  # None: representation not constrained
-    other: str | None = None
+    other: str | None = None  # (a merged duplicate's: the representative whose codes it hands on)
     edge: tuple[str, str] | None = None  # (producer, consumer): where a requant could go
     arg: str = ""  # human label of the consumer input, e.g. "args[0][1]"
     compare_claim: bool = True  # compare the producer's claim when it has one

@@ -184,7 +184,7 @@ def output_error(
                 err[name] = pre[name] = math.inf
             else:  # (a chain's end also carries what the codes it copies carry from upstream)
                 err[name] = pre[name] = landed[name] + err.get((inherits or {}).get(name, ""), 0.0)
-            grid[name] = _grid(_own_domain(dg.value(name)))
+            grid[name] = _grid(own_domain(dg.value(name)))
         elif not incoming or all(e == 0 for _, _, e in incoming):
             continue
         else:
@@ -192,13 +192,13 @@ def output_error(
             e = _op_error(dg, v, incoming, ranges, landed)
             reached = [p for p in g._pred[name] if p in err]
             first = reached[0]
-            own = _grid(_own_domain(v)) if v.op_class not in (OpClass.DEQUANTIZE, OpClass.PASSTHROUGH) else None
+            own = _grid(own_domain(v)) if v.op_class not in (OpClass.DEQUANTIZE, OpClass.PASSTHROUGH) else None
             if v.op_class is OpClass.QUANTIZE and own is None:  # (a per-channel or run-time grid)
                 pre[name], grid[name], err[name] = math.inf, None, math.inf
             elif own is not None and v.definition.kind is DefKind.FACT and v.op_class is not OpClass.ACTIVATION:
                 # rounds once more: one step, clamped to its range, where both sides can be
                 at = first if v.op_class is OpClass.QUANTIZE else name
-                qlo, qhi = domain_range(_own_domain(v)) or (-math.inf, math.inf)
+                qlo, qhi = domain_range(own_domain(v)) or (-math.inf, math.inf)
                 if ranges.pinned(at, e, qlo, qhi):  # both saturate at one end: the same code
                     e = 0.0
                 lo, hi = ranges.hull(at, e)
@@ -235,7 +235,7 @@ def _source(dg: DomainGraph, name: str, landed: Mapping[str, float]) -> str | No
         v = dg.value(name)
         ins = [p for p, data in dg.g._pred[name].items() if "args[0]" in data["args"]]
         if v.op_class in (OpClass.QUANTIZE, OpClass.DEQUANTIZE):
-            d = _own_domain(v)
+            d = own_domain(v)
             if d is None or (grid is not None and d != grid):
                 return None
             grid = d
@@ -253,6 +253,6 @@ def _carries(v: Value) -> bool:
     return v.op_class is OpClass.DEQUANTIZE or base_name(v.target) in _REDUCTIONS
 
 
-def _own_domain(v: Value) -> Domain | None:
+def own_domain(v: Value) -> Domain | None:
     d = v.definition
     return d.domain if d.kind is DefKind.FACT else v.claim

@@ -71,6 +71,19 @@ def test_the_folded_partition_and_the_lowered_program_are_errors_too(merged) -> 
     assert qflow.analyze(lowered, target="arm-tosa", reference=exported).status == "violated"
 
 
+def test_the_bound_is_the_representatives_codes_read_in_the_duplicates_domain(merged) -> None:
+    """The merge is a dropped requant from the representative's domain to the duplicate's, over the codes the
+    representative reaches: 190.0 output LSB, as measured (it was the duplicate's whole range before, and the
+    backend's values were taken to be the representative's real values: 3639 LSB before partitioning, 255 folded)."""
+    converted, exported, partitions, _, lsb = merged
+    for report in [qflow.analyze(exported, target="arm-tosa")] + [
+        qflow.analyze(p, target="arm-tosa") for p in partitions
+    ]:
+        found = [f for f in report.findings if f.kind == "merged-duplicate-users"]
+        if found:
+            assert lsb - 1e-3 <= found[0].output_lsb <= 1.5 * lsb, str(report)
+
+
 def test_duplicates_in_one_domain_prove_and_compute_right(same_domain) -> None:
     converted, exported, partitions, lowered, lsb = same_domain
     assert lsb <= 1

@@ -105,8 +105,8 @@ def oblige_distinct_duplicates(gm: fx.GraphModule, dg: DomainGraph, consts: Cons
             )
             fix = {"edge": (n.name, q.name), "fix_domain": finest} if fixable and q is not None else {}
             dg.oblige(
-                Obligation(ObligationKind.STRUCTURAL, at.name, at.name, expected=dom, finding_kind=KIND,
-                           holds=False, targets=targets, detail=detail, **fix)
+                Obligation(ObligationKind.STRUCTURAL, at.name, at.name, expected=dom, other=kept.name,
+                           finding_kind=KIND, holds=False, targets=targets, detail=detail, **fix)
             )  # fmt: skip
 
 

@@ -62,7 +62,12 @@ def land(dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval]) -> Lan
     backend: dict[str, Interval] = {}
     replaced = set()
     inherits: dict[str, str] = {}
+    merges = set()  # (a merged duplicate has one obligation per duplicate a repair changes: one read)
     for r in reads:
+        if r.obligation.finding_kind == "merged-duplicate-users":
+            if (r.obligation.node, r.obligation.other) in merges:
+                continue
+            merges.add((r.obligation.node, r.obligation.other))
         spot = r.obligation.edge[1] if r.obligation.edge else None
         chain, start = _chain(dg, copies, spot) if spot in copies and copies[spot] is r else ([], "")
         eps = bounds.copied_through(chain[0], chain[1:]) if len(chain) > 2 else None
@@ -177,18 +182,18 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
         return None
     if not _read_by_outputs(dg, spot):  # (whatever it computes, no output reads it: dead code)
         return spot, 0.0, ranges.UNBOUNDED, False
-    if ob.finding_kind in ("requant-across-activation", "merged-duplicate-users"):
-        # (the backend clamps the codes on the way / computes them in another domain of the same dtype:
-        # anywhere in the declared dtype's range)
-        declared = r.expected if ob.finding_kind == "requant-across-activation" else ob.expected
-        at = spot if ob.finding_kind == "requant-across-activation" else ob.node
-        if declared is None or not math.isfinite(impact.width(declared)) or at not in dg.g:
+    if ob.finding_kind == "merged-duplicate-users":
+        return _merged(dg, ob, rng)
+    if ob.finding_kind == "requant-across-activation":
+        # (the backend clamps the codes on the way: anywhere in the declared dtype's range)
+        declared = r.expected
+        if declared is None or not math.isfinite(impact.width(declared)):
             return None
-        if ob.codes is not None and (program := rng.get(at)) is not None:
+        if ob.codes is not None and (program := rng.get(spot)) is not None:
             # (measured: the backend keeps codes `ob.codes` of the declared domain; the program's lie in `program`)
             lo, hi = _read_as(declared, ob.codes)
-            return at, max(hi, program[1]) - min(lo, program[0]), (lo, hi), True  # (a clamp: whatever reaches it)
-        return at, impact.width(declared), _read_as(declared, DTYPE_RANGE[declared.dtype]), False
+            return spot, max(hi, program[1]) - min(lo, program[0]), (lo, hi), True  # (a clamp: whatever reaches it)
+        return spot, impact.width(declared), _read_as(declared, DTYPE_RANGE[declared.dtype]), False
     if ob.finding_kind == "dropped-scale" and ob.edge and ob.bound is not None and ob.expected is not None:
         # (zero points only, a bound over every code as a copy's; the backend writes the op's codes
         # clamped to the dtype: anywhere in it)
@@ -204,3 +209,27 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
     # (each code moves by at most `codes` steps; the backend's are the source's codes, read as declared)
     read = _read_as(r.expected, codes or (r.produced.qmin, r.produced.qmax))
     return spot, bound.codes * r.expected.scale, read, False  # type: ignore[operator]
+
+
+def _codes_of(dg: DomainGraph, name: str) -> tuple[str, Domain] | None:
+    """(the value holding `name`'s codes, their fixed per-tensor domain): `name` itself when it has one
+    (a folded op's output qparams), else its one quantize (in a Q/DQ program)."""
+    for n in [name, *(s for s in dg.g._succ.get(name, ()) if dg.value(s).op_class is OpClass.QUANTIZE)]:
+        d = impact.own_domain(dg.value(n))
+        if ranges.domain_range(d) is not None:
+            return n, d  # type: ignore[return-value]
+    return None
+
+
+def _merged(dg: DomainGraph, ob: Obligation, rng: Mapping[str, Interval]) -> tuple[str, float, Interval, bool] | None:
+    """A duplicate merged into its representative (`ob.other`): its consumers read the representative's
+    codes as its own — a dropped requant from the one domain to the other, over the codes the
+    representative reaches (measured: the Arm merge hands the codes on unchanged, whatever both domains)."""
+    at, src = _codes_of(dg, ob.node), _codes_of(dg, ob.other) if ob.other else None
+    if at is None or src is None or at[1].dtype != src[1].dtype:
+        return None
+    codes = _reach(src[1], rng.get(src[0]))
+    bound = bounds.dropped_requant(src[1], at[1], bounds.COPY, codes)
+    if bound is None:
+        return None
+    return at[0], bound.codes * at[1].scale, _read_as(at[1], codes or (src[1].qmin, src[1].qmax)), False  # type: ignore[operator]
