@@ -408,5 +408,5 @@ def test_every_stress_input_is_built_when_a_constant_is_requantized() -> None:
         for q in converted.graph.nodes
     ), "the program has no quantized constant: the test lost its point"
     extra = case.domain_inputs(converted, samples, seed=0)
-    assert len(extra) == 1 + 2 * case.STRESS_VALUES
+    assert len(extra) == 1 + 2 * case.STRESS_VALUES + len(case.NARROW_LEVELS) * len(case.NARROW_SPREADS)
     assert all(not torch.equal(x[0], extra[0][0]) for x in extra[1:3])  # pushed away from the uniform input

@@ -88,6 +88,12 @@ def spanning_input(samples: list[Inputs], seed: int) -> Inputs:
 #: reach. The most quantized values pushed to their extremes per case (chosen by its seed), and the steps.
 STRESS_VALUES = 8
 STRESS_STEPS = 12
+#: Narrow inputs: each input's values within a small part of its range, at these levels (as fractions of the
+#: range) and spreads. Norms and softmax compute on a row's spread, not its values: a LayerNorm's variance
+#: saturates its domain on every wide input and falls inside it only on a narrow one (measured: a merged
+#: duplicate mean 13 output LSB off on inputs in -0.25 ± 0.3, exact on every uniform or stressed input).
+NARROW_LEVELS = (0.125, 0.375, 0.625, 0.875)
+NARROW_SPREADS = (0.05, 0.2)
 
 
 def _input_ranges(converted: torch.fx.GraphModule, tests: list[Inputs]) -> list[tuple[float, float]]:
@@ -141,10 +147,10 @@ def domain_inputs(converted: torch.fx.GraphModule, tests: list[Inputs], seed: in
     on every value it was quantized to accept, not only on the calibration samples' range (measured: a
     clamp on codes wrong for inputs in [-0.76, 0], an input domain of [-2.65, 0] and samples below -0.76).
 
-    One input uniform over those ranges, then, for up to STRESS_VALUES quantized values of the program
-    (drawn by `seed`, whatever qflow says), the inputs that push each to its largest and smallest: signed
-    gradient steps on the program without rounding, from the uniform input, kept inside the ranges. Chosen
-    from the program and the seed alone: no verdict of qflow steers them."""
+    One input uniform over those ranges; for up to STRESS_VALUES quantized values of the program (drawn by
+    `seed`, whatever qflow says), the inputs that push each to its largest and smallest: signed gradient
+    steps on the program without rounding, from the uniform input, kept inside the ranges; then the narrow
+    inputs (NARROW_LEVELS). Chosen from the program and the seed alone: no verdict of qflow steers them."""
     ranges = _input_ranges(converted, tests)
     gen = torch.Generator().manual_seed(seed + 2)
 
@@ -157,6 +163,16 @@ def domain_inputs(converted: torch.fx.GraphModule, tests: list[Inputs], seed: in
     uniform = inside(
         [torch.rand(t.shape, generator=gen) * (b - a) + a for t, (a, b) in zip(tests[0], ranges, strict=True)]
     )
+    narrow = [
+        inside(
+            [
+                torch.rand(t.shape, generator=gen) * (2 * w * (b - a)) + (a + level * (b - a) - w * (b - a))
+                for t, (a, b) in zip(tests[0], ranges, strict=True)
+            ]
+        )
+        for level in NARROW_LEVELS
+        for w in NARROW_SPREADS
+    ]
     values = list(
         dict.fromkeys(
             q.args[0]
@@ -185,7 +201,7 @@ def domain_inputs(converted: torch.fx.GraphModule, tests: list[Inputs], seed: in
                 ]
                 xs = list(inside([x.detach() for x in xs]))
             out.append(inside([x.detach() for x in xs]))
-    return out
+    return out + narrow
 
 
 def case_id(index: int, variant: str | None = None) -> str:
