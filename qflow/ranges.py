@@ -30,12 +30,13 @@ _MONOTONE = {
     "hardsigmoid": lambda x: min(max(x / 6 + 0.5, 0.0), 1.0),
     "erf": math.erf,
 }
-#: Functions falling then rising, with their least value, just below it (SiLU's -0.27846 at
-#: x = -1.2785; GELU's -0.16997, its tanh approximation's -0.17004, at x ≈ -0.752), where that is and
-#: how far the function may be off (GELU's tanh approximation is within 5e-4 of the erf form).
+#: Functions falling then rising: where their least value is, that value or just below it (SiLU's
+#: -0.27846 at x = -1.2785; GELU's -0.16997, its tanh approximation's -0.17004, at x ≈ -0.752;
+#: hardswish's -0.375 at -1.5), and how far the function may be off (GELU's tanh form: within 5e-4).
 _DIPPING: dict[str, tuple[Callable[[float], float], float, float, float]] = {
     "silu": (lambda x: x / (1 + math.exp(-x)) if x > -700 else 0.0, -1.2785, -0.2785, 0.0),
     "gelu": (lambda x: 0.5 * x * (1 + math.erf(x / math.sqrt(2))), -0.752, -0.1701, 1e-3),
+    "hardswish": (lambda x: x * min(max(x + 3, 0.0), 6.0) / 6, -1.5, -0.375, 0.0),
 }
 #: Ops whose output lies in a fixed interval whatever their input.
 _BOUNDED: dict[str, Interval] = {"softmax": (0.0, 1.0), "_softmax": (0.0, 1.0), "_safe_softmax": (0.0, 1.0),

@@ -104,6 +104,7 @@ def test_value_ranges_hold_every_value_of_the_functions_they_follow() -> None:
     gelu_tanh = lambda x: 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))  # noqa: E731
     gelu = lambda x: 0.5 * x * (1 + math.erf(x / 2**0.5))  # noqa: E731
     fns = {"silu": [lambda x: x / (1 + math.exp(-x))], "gelu": [gelu, gelu_tanh], "sqrt": [math.sqrt],
+           "hardswish": [lambda x: x * min(max(x + 3, 0), 6) / 6],
            "log": [math.log], "rsqrt": [lambda x: x**-0.5], "reciprocal": [lambda x: 1 / x]}  # fmt: skip
     rng = random.Random(1)
     for name, fs in fns.items():
