@@ -204,11 +204,18 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
     if not r.copied or r.produced is None or r.expected is None or not math.isfinite(impact.width(r.expected)):
         return None
     bound = bounds.dropped_requant(r.produced, r.expected, bounds.COPY, codes) or _widened(r, codes)
+    return _as_copy(spot, r.produced, r.expected, codes, bound)
+
+
+def _as_copy(
+    spot: str, produced: Domain, expected: Domain, codes: tuple[int, int] | None, bound: Bound | None
+) -> tuple[str, float, Interval, bool] | None:
+    """A copy's landing: each code moves by at most `bound.codes` steps; the backend's are the source's
+    codes (`codes`, or all of them), read as declared."""
     if bound is None:
         return None
-    # (each code moves by at most `codes` steps; the backend's are the source's codes, read as declared)
-    read = _read_as(r.expected, codes or (r.produced.qmin, r.produced.qmax))
-    return spot, bound.codes * r.expected.scale, read, False  # type: ignore[operator]
+    read = _read_as(expected, codes or (produced.qmin, produced.qmax))
+    return spot, bound.codes * expected.scale, read, False  # type: ignore[operator]
 
 
 def _codes_of(dg: DomainGraph, name: str) -> tuple[str, Domain] | None:
@@ -229,7 +236,4 @@ def _merged(dg: DomainGraph, ob: Obligation, rng: Mapping[str, Interval]) -> tup
     if at is None or src is None or at[1].dtype != src[1].dtype:
         return None
     codes = _reach(src[1], rng.get(src[0]))
-    bound = bounds.dropped_requant(src[1], at[1], bounds.COPY, codes)
-    if bound is None:
-        return None
-    return at[0], bound.codes * at[1].scale, _read_as(at[1], codes or (src[1].qmin, src[1].qmax)), False  # type: ignore[operator]
+    return _as_copy(at[0], src[1], at[1], codes, bounds.dropped_requant(src[1], at[1], bounds.COPY, codes))
