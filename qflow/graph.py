@@ -95,6 +95,8 @@ class Value:
     channels: tuple[tuple[float, float, float], ...] | None = None
     #: An activation's real bounds (relu: 0 and inf): `ranges`.
     clamp: tuple[float, float] | None = None
+    #: A matrix product's contraction length (each output sums that many products): `ranges`.
+    terms: int | None = None
 
 
 class ObligationKind(enum.Enum):

@@ -47,6 +47,8 @@ SUMS = frozenset({"add", "add_", "sub", "sub_", "rsub"})
 _REDUCTIONS = frozenset({"amax", "amin", "mean", "sum"})
 #: Ops whose gain their adapter measures from constant operands or operand ranges.
 GAINED = frozenset({"linear", "conv1d", "conv2d", "conv3d", "convolution", "mul", "mul_", "bmm", "matmul", "mm"})
+#: Products of two operands, elementwise or summed over a contraction (`Value.terms`).
+_PRODUCTS = frozenset({"mul", "mul_", "bmm", "matmul", "mm"})
 #: Pass-through ops' arguments that carry data (any other tensor argument is an index or a mask:
 #: an error there moves values by anything).
 _DATA_ARGS = {name: tuple(f"args[{i}]" for i in pos) for name, pos in SELECT_INPUTS.items()} | {
@@ -143,6 +145,10 @@ def _op_error(
         return worst  # (what a delegate returns: its output's codes)
     if v.op_class is not OpClass.COMPUTE:
         return math.inf
+    if name in _PRODUCTS:
+        e = _product_error(dg, v, errs, rng)
+        if e is not None:
+            return e
     if name in GAINED:
         return v.gain * total if v.gain is not None else math.inf
     if name in SUMS:  # (an `alpha` scales the second operand: its adapter's gain)
@@ -154,6 +160,21 @@ def _op_error(
     if k is None and len(errs) == 1:
         k = _sloped(name, rng.hull(errs[0][0], errs[0][2]))
     return k * total if k is not None else math.inf
+
+
+def _product_error(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: _Ranges) -> float | None:
+    """A product's error from its operands' values: ``|a'b' - ab| <= |a'| |b' - b| + |b| |a' - a|``
+    per term, over the values each side can hold (None: an operand has no bounded interval)."""
+    by_label = {lab: p for p, data in dg.g._pred[v.name].items() for lab in data["args"]}
+    if "args[0]" not in by_label or "args[1]" not in by_label:
+        return None
+    err = {lab: e for _, lab, e in errs}
+    ea, eb = err.get("args[0]", 0.0), err.get("args[1]", 0.0)
+    a, b = rng.hull(by_label["args[0]"], ea), rng.hull(by_label["args[1]"], eb)
+    ma, mb = max(abs(a[0]), abs(a[1])), max(abs(b[0]), abs(b[1]))
+    if math.isinf(ma) or math.isinf(mb):
+        return None
+    return (v.terms or 1) * (ma * eb + mb * ea)
 
 
 def output_error(

@@ -141,6 +141,9 @@ def _compute(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) ->
     if name in _WITHIN and data:
         return _hull(data)
     by_label = {lab: i for _, lab, i in ins}
+    if v.terms and "args[0]" in by_label and "args[1]" in by_label:  # (a matrix product: sums of products)
+        p = _mul(by_label["args[0]"], by_label["args[1]"])
+        return _mul(p, (float(v.terms), float(v.terms)))
     if name in ("add", "sub", "mul") and "args[0]" in by_label and "args[1]" in by_label:
         a, b = by_label["args[0]"], by_label["args[1]"]
         if name == "add":

@@ -319,6 +319,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
                 gain=gains.gain(node, self.consts, weights) if weighed else None,
                 channels=weights,
                 clamp=gains.clamp(node) if op_class is OpClass.ACTIVATION else None,
+                terms=gains.terms(node) if weighed else None,
             )
         )
 

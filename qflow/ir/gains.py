@@ -58,6 +58,14 @@ def gain(node: fx.Node, consts: Consts, weights: tuple[tuple[float, float, float
     return None
 
 
+def terms(node: fx.Node) -> int | None:
+    """A matrix product's contraction length, when its first operand's shape is static."""
+    if base_name(target_name(node)) not in _MATMULS or len(node.args) != 2 or not isinstance(node.args[0], fx.Node):
+        return None
+    shape = static_shape(val_of(node.args[0]))
+    return shape[-1] if shape else None
+
+
 def channels(node: fx.Node, consts: Consts) -> tuple[tuple[float, float, float], ...] | None:
     """A linear layer's / convolution's output channels as (bias, sum of positive weights, sum of
     negative weights), or None when its weights are not constants qflow can read."""

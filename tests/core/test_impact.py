@@ -230,3 +230,52 @@ def test_x_minus_x_cancels_whatever_codes_x_has() -> None:
     # nor is a row of four: amax is not x there
     dg, landed = _row_of_one(WIDE, row=4)
     assert impact.output_error(dg, landed).lsb > 100
+
+
+def _matmul(k: int) -> DomainGraph:
+    """a → q(POS) → dq ─┐
+    b → q(WIDE) → dq ─→ bmm (contraction k) → q(OUT) → dq (the output)."""
+    dg = DomainGraph(form="qdq")
+    q, dq = "quantized_decomposed.quantize_per_tensor.default", "quantized_decomposed.dequantize_per_tensor.default"
+    pos = Domain.quantized("int8", 0.01, -128, -128, 127)  # [0, 2.55]
+    for name, target, cls, d, srcs, kw in (
+        ("a", "placeholder", OpClass.UNKNOWN, None, (), {}),
+        ("b", "placeholder", OpClass.UNKNOWN, None, (), {}),
+        ("qa", q, OpClass.QUANTIZE, pos, ("a",), {}),
+        ("dqa", dq, OpClass.DEQUANTIZE, pos, ("qa",), {}),
+        ("qb", q, OpClass.QUANTIZE, WIDE, ("b",), {}),
+        ("dqb", dq, OpClass.DEQUANTIZE, WIDE, ("qb",), {}),
+        ("mm", "aten.bmm.default", OpClass.COMPUTE, None, ("dqa", "dqb"), {"terms": k, "gain": 1e6}),
+        ("q", q, OpClass.QUANTIZE, OUT, ("mm",), {}),
+        ("dq", dq, OpClass.DEQUANTIZE, OUT, ("q",), {}),
+    ):
+        dg.add_value(Value(name, target, cls, Definition(DefKind.FACT, d if d is not None else FLOAT), **kw))
+        for i, src in enumerate(srcs):
+            dg.add_use(src, name, f"args[{i}]")
+    dg.outputs = ["dq"]
+    return dg
+
+
+def test_a_matrix_product_of_two_activations_sums_products_of_their_values() -> None:
+    """bmm's interval is its contraction length times the product of its operands' intervals, and a wrong
+    operand moves each output by at most that length times the other operand's largest magnitude times
+    the error (not the loose bilinear gain): each checked on random matrices within the intervals
+    (campaign cases 00822 / 00878-tx-arm-custom: a dropped round trip into a score matmul, bound 31 → 12)."""
+    k, rng = 3, random.Random(2)
+    dg = _matmul(k)
+    box = {"dqa": (0.5, 2.0), "dqb": (-1.0, 0.25)}
+    r = ranges.value_ranges(dg, given=box)["mm"]
+    assert r == pytest.approx((k * 2.0 * -1.0, k * 2.0 * 0.25))
+    e = 0.02
+    hit = impact.output_error(dg, {"qa": e}, rng=ranges.value_ranges(dg, given=box))
+    bound = hit.lsb * OUT.scale  # type: ignore[operator]
+    assert bound == pytest.approx(k * 1.0 * e)  # (|b| <= 1.0; a's interval widened by e)
+    worst = 0.0
+    for _ in range(2000):
+        a = [rng.uniform(*box["dqa"]) for _ in range(k)]
+        b = [rng.uniform(*box["dqb"]) for _ in range(k)]
+        a2 = [x + rng.choice((-e, e)) for x in a]
+        value = sum(x * y for x, y in zip(a, b, strict=True))
+        assert r[0] - 1e-12 <= value <= r[1] + 1e-12
+        worst = max(worst, abs(sum(x * y for x, y in zip(a2, b, strict=True)) - value))
+    assert worst <= bound + 1e-12 and worst > 0.8 * bound  # (sound, and nearly reached)
