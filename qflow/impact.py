@@ -11,9 +11,10 @@ to the outputs through sound per-op bounds: pass-through ops and ``relu`` /
 ``clamp`` keep it, ``add`` / ``sub`` add it up, an elementwise function scales
 it by its Lipschitz constant, an op with a constant operand by the gain its
 adapter measured (``Value.gain``, e.g. a linear layer's largest row sum of
-absolute weights), and a requant rounds it by at most one step and clamps it to
-its range's width. Whatever is not modelled (norms, exp, comparisons, indices,
-unknown ops, delegates) makes it unbounded. An output is safe when the error
+absolute weights), a product of two operands by the values each can hold, and
+a requant rounds it by at most one step and clamps it to its range's width.
+Whatever is not modelled (norms, exp, comparisons, indices, unknown ops,
+delegates) makes it unbounded. An output is safe when the error
 reaching its last rounding is at most half an output LSB (`bounds.TOLERANCE_LSB`,
 the rule a dropped requant's own bound obeys). Torch-free.
 """
