@@ -461,6 +461,11 @@ def test_an_unfused_activation_after_a_kernel_clamps_codes_to_its_real_bounds() 
         [error] = report.errors
         assert error.kind == "real-constant-on-codes" and "hardtanh" in error.node, str(report)
         assert "[0, 0.5] as written" in error.message
+    # before calibration the passes' choice is not known: unproven at each activation, never proved
+    annotated = CortexMQuantizer().annotate(torch.export.export(SharedLinear().eval(), samples[0]).module())
+    report = qflow.analyze(annotated, target="cortex-m")
+    assert report.form == "annotated" and not report.proved, str(report)
+    assert {f.node for f in report.findings if f.kind == "real-constant-on-codes"} == {"hardtanh"}, str(report)
 
 
 class PooledLinearRelu(nn.Module):
@@ -488,6 +493,14 @@ def test_whether_the_passes_leave_an_activation_on_codes_is_measured_by_running_
     exported = torch.export.export(converted, cortex_m.channels_last(samples[0]))
     [error] = qflow.analyze(exported, target="cortex-m").errors
     assert (error.kind, error.node) == ("real-constant-on-codes", "relu") and "measured" in error.message
+    # before calibration (the annotated graph): unproven at the relu, where it was proved
+    annotated = CortexMQuantizer().annotate(
+        torch.export.export(PooledLinearRelu().eval(), samples[0]).module(check_guards=False)
+    )
+    report = qflow.analyze(annotated, target="cortex-m")
+    assert report.status == "unproven" and [(f.kind, f.node) for f in report.findings] == [
+        ("real-constant-on-codes", "relu")
+    ], str(report)
     torch.export.save(exported, tmp_path / "m.pt2")
     assert main(["check", str(tmp_path / "m.pt2"), "--target", "cortex-m"]) == 1
     assert "real-constant-on-codes at relu" in capsys.readouterr().out

@@ -19,6 +19,7 @@ import torch.fx as fx
 from qflow.domain import Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Symbolic, Value
 from qflow.integrations import duplicate_users
+from qflow.ir.activations import BOUNDED
 from qflow.ir.fx_nodes import dtype_name, removed_by_to_edge, target_name
 from qflow.ops import OpClass, base_name, classify
 from qflow.solvers.prove import _UnionFind
@@ -199,6 +200,8 @@ class AnnotatedAdapter:
             self._factory(n)
         if base_name(target_name(n)) in _RELU_LIKE and out is not None:
             self._shared_activation(n)
+        if base_name(target_name(n)) in BOUNDED and out is not None:
+            self._activation_after_calibration(n)
         if cls is OpClass.COMPUTE:
             self._oblige_measured(n, a)
 
@@ -272,6 +275,19 @@ class AnnotatedAdapter:
                 ),
             )
         )
+
+    def _activation_after_calibration(self, n: fx.Node) -> None:
+        """On a target whose lowering of an activation is decided by the calibrated program, the
+        annotated graph cannot say whether it computes right: unproven here, never proved."""
+        deciding = tuple(t.name for t in self._members if t.activations_decided_after_calibration)
+        if not deciding:
+            return
+        why = (
+            f"whether the {', '.join(deciding)} lowering fuses {n.name} ({target_name(n)}) into its producer, "
+            "rewrites it into a clamp on codes, or leaves it on the codes with its bounds in real units (a "
+            "miscompile) depends on the calibrated program (analyze the converted program)"
+        )
+        self.dg.oblige_unbounded(n.name, "its lowering", "real-constant-on-codes", why, deciding)
 
     def _shared_activation(self, n: fx.Node) -> None:
         """A fused conv/linear → relu pattern needs zp == qmin; sharing the relu's

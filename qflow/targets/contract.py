@@ -103,6 +103,12 @@ class Target:
     #: in the second's output domain (Arm's FuseConsecutiveClampsPass); False: each stays its own
     #: clamp, its bounds quantized in its own output domain (Cortex-M: campaign case 01099-cm-custom).
     fuses_consecutive_clamps: bool = True
+    #: Whether the lowering fuses an activation, rewrites it into a clamp on codes or leaves it as
+    #: written on the codes (its bounds in real units: wrong) depends on the calibrated program, which
+    #: no rule predicts before calibration (Cortex-M: the dtype each producer's folded output has when
+    #: the activation passes run; campaign cases 01078-cm, 01109-cm-custom, 01188-cm, proved on the
+    #: annotated graph and 84-255 output LSB off on the reference kernels).
+    activations_decided_after_calibration: bool = False
     #: Ops the partitioner delegates only with at least this many distinct
     #: tensor inputs; with fewer the op runs on the CPU in float (XNNPACK's
     #: CatConfig: ``len(node.all_input_nodes) >= 2``; campaign case 00077,
