@@ -121,6 +121,19 @@ def test_the_prediction_is_what_the_backend_emits(program) -> None:
     assert bool(_widened(analyze_artifact(p["lowered"]))) == forked
 
 
+def test_the_annotated_graph_predicts_the_same_forks(program) -> None:
+    """Before calibration the fork is a fact of the dtypes: the annotated graph is unproven at the same
+    consumers, where it used to be proved."""
+    then, p = program
+    model, sample = ConvThen(then).eval(), (torch.rand(1, 8, 4, 6) * 0.5 - 0.25,)
+    quantizer = arm.default_quantizer(SPEC, get_symmetric_a16w8_quantization_config(is_per_channel=True))
+    annotated = quantizer.annotate(quantizer.transform_for_annotation(arm.export_module(model, sample)))
+    report = qflow.analyze(annotated, target="arm-tosa")
+    assert report.form == "annotated"
+    assert bool(_widened(report)) == bool(p["forks"]), report.findings
+    assert not report.proved or not p["forks"]
+
+
 def test_a_forked_conv_is_unproven_never_proved(program) -> None:
     then, p = program
     before = qflow.analyze(p["exported"], target="arm-tosa")

@@ -92,3 +92,20 @@ def test_where_the_scales_do_not_compose_it_proves_and_computes_right(not_fused)
     assert lsb <= 1
     assert qflow.analyze(exported, target="arm-tosa").proved
     assert qflow.analyze(lowered, target="arm-tosa", reference=exported).proved
+
+
+@pytest.mark.parametrize("c", [-0.25, 3.0])
+def test_before_calibration_both_subs_are_unproven_whatever_the_constant(c) -> None:
+    """The annotated graph has no scales yet: whether the pairs fuse is decided by calibration (with
+    -0.25 they do and the backend is off; with 3.0 they do not), so both are unproven there, never proved
+    (the campaign proved 9 transformer programs on the annotated graph that the backend computes wrong)."""
+    torch.manual_seed(0)
+    x = torch.rand(1, 2, 4, 4) * 4.9 - 2.94
+    quantizer = arm.default_quantizer()  # (as prepare_pt2e: the decompositions first, then the annotation)
+    annotated = quantizer.annotate(quantizer.transform_for_annotation(arm.export_module(AddThenNorm(c).eval(), (x,))))
+    r = qflow.analyze(annotated, target="arm-tosa")
+    assert r.form == "annotated" and r.status == "unproven" and not r.errors, str(r)
+    subs = [f for f in r.findings if f.kind == "skipped-requant" and f.node.startswith("sub")]
+    assert len(subs) == 2 and all("reads add" in f.message for f in subs), str(r)
+    assert all("FuseConsecutiveRescalesPass" in f.message for f in r.findings if f.kind == "skipped-requant")
+    assert not [f for f in qflow.analyze(annotated, target="xnnpack").findings if f.kind == "skipped-requant"]

@@ -92,15 +92,16 @@ def test_the_annotated_form_is_unproven_at_the_same_op(target, copied) -> None:
     assert "int16 activations" in next(f for f in found if f.node.startswith("rsqrt")).message
 
 
-def test_the_annotated_a8w8_layer_norm_still_proves() -> None:
-    """Every op of the int8 decomposition was measured exact: no unvalidated-lowering there."""
+def test_the_annotated_a8w8_layer_norm_has_no_unmeasured_lowering() -> None:
+    """Every op of the int8 decomposition was measured exact: no unvalidated-lowering there. What stays
+    open before calibration is which rescale pairs the backend fuses (the calibrated scales decide)."""
     model = Norm().eval()
     inputs = (torch.rand(1, 4, 16) * 0.5 - 1.0,)
     quantizer = arm.default_quantizer()
     annotated = quantizer.transform_for_annotation(arm.export_module(model, inputs))
     quantizer.annotate(annotated)
     report = qflow.analyze(annotated, target="arm-tosa")
-    assert report.proved, str(report)
+    assert {f.kind for f in report.findings} == {"skipped-requant"} and not report.errors, str(report)
 
 
 def test_the_folded_partition_is_unproven_at_the_same_op(layer_norm_a16w8) -> None:

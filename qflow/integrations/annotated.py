@@ -10,6 +10,7 @@ names one where it fails.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable
 from typing import Any
 
@@ -108,6 +109,7 @@ class AnnotatedAdapter:
         self._values()
         for n, a in anns.items():
             self._obligations(n, a)
+        self._skipped_requants(anns)
         merging = tuple(t.name for t in self._members if t.merges_duplicate_users)
         for kept, merged in twins if merging else ():
             fixed = all(self.dg.value(n.name).definition.kind is DefKind.FACT for n in (kept, merged))
@@ -275,6 +277,29 @@ class AnnotatedAdapter:
                 ),
             )
         )
+
+    def _skipped_requants(self, anns: dict[fx.Node, Any]) -> None:
+        """Where a member target's backend may compute a consumer on its producer's unrounded result
+        (its ``skipped_requants_before_calibration`` hook), the consumer is unproven there, as in the
+        Q/DQ form (which knows the calibrated scales, and proves it where they do not compose)."""
+
+        @functools.cache
+        def dtype(n: fx.Node) -> str | None:
+            a = anns.get(n)
+            qs = a.output_qspec if a is not None else None
+            if qs is None:
+                return None
+            group = self.uf.find("|".join(self.out_key(n)))
+            spec = next((self.spec[k] for k in self.spec if self.uf.find("|".join(k)) == group), qs)
+            d = getattr(spec, "dtype", None)
+            return dtype_name(d) if d is not None and not d.is_floating_point else None
+
+        for t in self._members:
+            find = t.hook("skipped_requants_before_calibration")
+            for producer, consumer, why in find(self.gm, dtype) if find is not None else ():
+                if consumer in self.dg.g:
+                    reason = f"{consumer} reads {producer}, but {why}"
+                    self.dg.oblige_unbounded(consumer, f"operand {producer}", "skipped-requant", reason, (t.name,))
 
     def _activation_after_calibration(self, n: fx.Node) -> None:
         """On a target whose lowering of an activation is decided by the calibrated program, the

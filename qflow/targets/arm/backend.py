@@ -93,6 +93,24 @@ def skipped_requants(gm: Any, consts: Any, folded: bool) -> list[Any]:
     return rescale_fusion.skipped_requants(gm, consts, folded) + conv_widening.skipped_requants(gm, consts, folded)
 
 
+def skipped_requants_before_calibration(gm: Any, annotated: Any) -> list[tuple[str, str, str]]:
+    """(producer, consumer, why) for each consumer of an annotated graph the Arm backend may feed from its
+    producer's unrounded result once calibrated: a fused rescale pair, or an int16 conv's accumulator."""
+    from qflow.targets.arm import conv_widening, rescale_fusion
+
+    fused = (
+        "the Arm backend computes both on int32, and its FuseConsecutiveRescalesPass removes the rescale pair "
+        "between them when the calibrated scales compose to 1.0 (not known before calibration)"
+    )
+    widened = (
+        "with int16 activations the Arm backend's RewriteConvPass feeds the consumer from the conv's int32 "
+        "accumulator: the conv's requantize (its rounding and its clamp to the range) never happens there"
+    )
+    return [(p, c, fused) for p, c in rescale_fusion.before_calibration(gm, annotated)] + [
+        (p, c, widened) for p, c in conv_widening.before_calibration(gm, annotated)
+    ]
+
+
 def activation_codes(reference: Any, node: Any, domain: Any) -> tuple[int, int] | None:
     """The codes of output `domain` the CLAMP Arm makes of activation `node` keeps when the fold drops
     its requant: ConvertToClampPass makes a clamp of relu / hardtanh / clamp (one that does not read a

@@ -17,6 +17,8 @@ per-channel constant never gets here: FoldScalarMulIntoConvPass folds it before 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.fx as fx
 
@@ -249,3 +251,23 @@ def clamp_moves_output(conv: fx.Node, consumer: fx.Node, k: int, read: _Reader) 
         f"does not clamp it, so {consumer.name}, a program output, is {off:.0f} output LSB off the program",
         off,
     )
+
+
+def before_calibration(gm: fx.GraphModule, annotated: Callable[[fx.Node], str | None]) -> list[tuple[str, str]]:
+    """(conv, consumer) pairs of an annotated graph where RewriteConvPass will feed the consumer from
+    the conv's accumulator: an int16 2-D / 3-D conv an op computed on int32 reads, directly or through
+    views. A fact of the dtypes, known before calibration. `annotated`: a node's annotated output dtype."""
+    pairs = []
+    for c in gm.graph.nodes:
+        if _op(c) not in WIDENED_BY:
+            continue
+        for a in dict.fromkeys(x for x in c.args if isinstance(x, fx.Node)):
+            n: fx.Node | None = a
+            for _ in range(16):
+                if n is None or _op(n) in _CONVS or _op(n) not in _VIEWS or not n.args:
+                    break
+                n = n.args[0] if isinstance(n.args[0], fx.Node) else None
+            if n is not None and _op(n) in _CONVS and getattr(n.meta.get("val"), "ndim", 0) >= 4:
+                if annotated(n) == "int16":
+                    pairs.append((n.name, c.name))
+    return pairs

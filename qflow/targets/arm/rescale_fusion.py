@@ -19,6 +19,7 @@ result is s_a·s_b; abs, maximum, minimum and the comparisons use the smallest o
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch.fx as fx
@@ -159,3 +160,30 @@ def skipped_requants(gm: fx.GraphModule, consts: Consts, folded: bool) -> list[S
             if have is not None and abs(have / want - 1.0) < 1e-6:
                 found.append(_fused_pair(p.name, c.name, k, d))
     return found
+
+
+#: Which int32 scales are of an activation scale's magnitude and which far below it: add / sub work at
+#: 2·max(s_a, s_b) / 2^20 (2^12 at int16), mul at s_a·s_b; sum, abs, maximum / minimum keep an operand's.
+_FINE_RESULT = frozenset({"add", "sub", "mul"})
+_FINE_OPERAND = frozenset({"add", "sub"})
+
+
+def before_calibration(gm: fx.GraphModule, annotated: Callable[[fx.Node], str | None]) -> list[tuple[str, str]]:
+    """(producer, consumer) pairs of an annotated graph whose rescales may compose to 1.0 once calibrated.
+    Whether they do is a matter of the calibrated scales (00892-tx-arm-pc: `x + c` keeps the width of its
+    range, so its output scale equals its input's, 1e-7 apart), decided only after calibration. A pair is
+    kept when the producer's int32 scale and the one the consumer rescales its operand to are of one
+    magnitude (both far below an activation scale, or both an activation scale): every pair the Q/DQ form
+    found fused in the transformer campaigns is of that kind (sum → mul, add / sub → add / sub, mul → sub),
+    and none of the others (sub → mul would need an output range 2^19 times narrower than its inputs').
+    `annotated`: a node's annotated output dtype (None: not annotated for integer codes)."""
+    pairs = []
+    for c in gm.graph.nodes:
+        c_op = base_name(target_name(c)) if c.op == "call_function" else ""
+        if c_op not in CONSUMERS or annotated(c) not in _SHIFT:
+            continue
+        for p in dict.fromkeys(a for a in c.args if isinstance(a, fx.Node)):
+            p_op = base_name(target_name(p)) if p.op == "call_function" else ""
+            if p_op in PRODUCERS and annotated(p) in _SHIFT and (p_op in _FINE_RESULT) == (c_op in _FINE_OPERAND):
+                pairs.append((p.name, c.name))
+    return pairs
