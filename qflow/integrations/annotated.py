@@ -10,7 +10,6 @@ names one where it fails.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Hashable
 from typing import Any
 
@@ -283,15 +282,15 @@ class AnnotatedAdapter:
         (its ``skipped_requants_before_calibration`` hook), the consumer is unproven there, as in the
         Q/DQ form (which knows the calibrated scales, and proves it where they do not compose)."""
 
-        @functools.cache
+        by_group: dict[str, Any] = {}
+        for k, qs in self.spec.items():
+            by_group.setdefault(self.uf.find("|".join(k)), qs)
+
         def dtype(n: fx.Node) -> str | None:
             a = anns.get(n)
-            qs = a.output_qspec if a is not None else None
-            if qs is None:
+            if a is None or a.output_qspec is None:
                 return None
-            group = self.uf.find("|".join(self.out_key(n)))
-            spec = next((self.spec[k] for k in self.spec if self.uf.find("|".join(k)) == group), qs)
-            d = getattr(spec, "dtype", None)
+            d = getattr(by_group.get(self.uf.find("|".join(self.out_key(n)))), "dtype", None)
             return dtype_name(d) if d is not None and not d.is_floating_point else None
 
         for t in self._members:
