@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 import qflow
 from qflow.examples import models
@@ -76,3 +76,35 @@ def test_annotated_factory_op_matches_what_prepare_really_does() -> None:
         prepared = False
     assert prepared is prepare_accepts_kwargs()
     assert f.severity == ("info" if prepared else "error")
+
+
+class ReluIntoCatSecond(nn.Module):
+    """conv → relu, whose output a depthwise conv reads and a cat takes as its second input beside the
+    depthwise conv's (signed) output (campaign case 00079-arm-pt)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 3, 3, padding=1)
+        self.dw = nn.Conv2d(3, 3, 3, padding=1, groups=3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        r = torch.relu(self.conv(x))
+        return torch.cat([self.dw(r), r], 1)
+
+
+def test_implicit_sharing_is_prepare_pt2es_own() -> None:
+    """The relu's output is never named by a SharedQuantizationSpec: prepare_pt2e shares its observer with
+    the cat's because the cat's input edge from it has the same root qspec (implicit sharing). The
+    annotated graph's groups are prepare_pt2e's, so the relu is calibrated on the signed cat, and its
+    zero point lands above qmin — as the converted program shows."""
+    torch.manual_seed(0)
+    inputs = (torch.rand(1, 4, 4, 8) * 1.4,)
+    quantizer = arm.default_quantizer()
+    r = qflow.analyze(annotate(ReluIntoCatSecond().eval(), inputs, quantizer), target="arm-tosa")
+    assert [(f.kind, f.node) for f in r.findings] == [("non-fuseable-activation", "relu")], str(r)
+    prepared = prepare_pt2e(arm.export_module(ReluIntoCatSecond().eval(), inputs), arm.default_quantizer())
+    prepared(*inputs)
+    converted = convert_pt2e(prepared)
+    (relu,) = [n for n in converted.graph.nodes if n.target == torch.ops.aten.relu.default]
+    (q,) = relu.users
+    assert q.args[2] > q.args[3]  # zero point above qmin: calibrated on the signed tensor too

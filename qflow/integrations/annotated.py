@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torchao.quantization.pt2e.prepare import _get_edge_or_node_to_group_id
+from torchao.quantization.pt2e.quantizer import SharedQuantizationSpec
 
 from qflow.domain import Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Symbolic, Value
@@ -80,6 +82,43 @@ class AnnotatedAdapter:
             return self.in_key(target[1], target[0])
         return self.out_key(target)
 
+    def _share_observers(self) -> None:
+        """The observer groups prepare_pt2e makes, by its own function: besides every
+        SharedQuantizationSpec, an input edge shares its producer's output observer and its other users'
+        edges whenever their root qspecs agree in dtype, range, scheme and fixed qparams (implicit
+        sharing: a relu whose cat input is shared with a signed tensor is calibrated on that tensor too,
+        campaign case 00079-arm-pt)."""
+        groups = _get_edge_or_node_to_group_id(self._qspecs())
+        first: dict[int, str] = {}
+        for e, group in groups.items():
+            key = "|".join(self.in_key(e[1], e[0]) if isinstance(e, tuple) else self.out_key(e))
+            if key in self.uf.parent:
+                self.uf.union(first.setdefault(group, key), key)
+
+    def _qspecs(self) -> dict[Any, Any]:
+        """prepare_pt2e's map from each input edge and output to its qspec, over this graph's own nodes:
+        a deep-copied graph's annotations keep the original nodes as keys and in its shared qspecs."""
+        nodes = {n.name: n for n in self.gm.graph.nodes}
+
+        def here(edge_or_node: Any) -> Any:
+            if isinstance(edge_or_node, tuple):
+                return nodes[edge_or_node[0].name], nodes[edge_or_node[1].name]
+            return nodes[edge_or_node.name]
+
+        def spec(qs: Any) -> Any:
+            return SharedQuantizationSpec(here(qs.edge_or_node)) if isinstance(qs, SharedQuantizationSpec) else qs
+
+        out: dict[Any, Any] = {}
+        for n in self.gm.graph.nodes:
+            a = n.meta.get(KEY)
+            if a is None:
+                continue
+            for p, qs in a.input_qspec_map.items():
+                out[(nodes[p.name], n)] = spec(qs)
+            if a.output_qspec is not None:
+                out[n] = spec(a.output_qspec)
+        return out
+
     def _register(self, key: tuple[str, ...], qs: Any) -> None:
         kind = type(qs).__name__
         if kind == "DerivedQuantizationSpec":
@@ -98,12 +137,7 @@ class AnnotatedAdapter:
                     self._register(self.in_key(n, p), qs)
             if a.output_qspec is not None:
                 self._register(self.out_key(n), a.output_qspec)
-        # implicit sharing: an input edge whose qspec equals its producer's output qspec
-        for n, a in anns.items():
-            for p in a.input_qspec_map:
-                ik, ok = self.in_key(n, p), self.out_key(p)
-                if a.allow_implicit_sharing and ik in self.spec and ok in self.spec and self.spec[ik] == self.spec[ok]:
-                    self.uf.union("|".join(ik), "|".join(ok))
+        self._share_observers()
         twins = self._twins(list(anns))
         self._values()
         for n, a in anns.items():

@@ -270,7 +270,7 @@ KINDS: dict[str, Kind] = {
             "the same after a conv: an op computed on int32 reads the conv's accumulator rescaled straight to "
             "int32. qflow does not bound it: the program is unproven there. On the annotated graph the scales "
             "are not known yet: every pair whose two int32 scales are of one magnitude (sum → mul, add / sub "
-            "→ add / sub, mul → add / sub) and every int16 conv an int32-computed op reads is unproven.",
+            "→ add / sub, at int16 mul → add / sub) and every int16 conv an int32-computed op reads is unproven.",
             "Give the producer's output a domain whose scale differs from what the consumer rescales its "
             "operand to (the fusion needs the two to compose to exactly 1.0), or put a pass-through op between "
             "them; or accept the deviation if your tolerance allows it.",

@@ -164,8 +164,10 @@ def skipped_requants(gm: fx.GraphModule, consts: Consts, folded: bool) -> list[S
 
 #: Which int32 scales are of an activation scale's magnitude and which far below it: add / sub work at
 #: 2·max(s_a, s_b) / 2^20 (2^12 at int16), mul at s_a·s_b; sum, abs, maximum / minimum keep an operand's.
-_FINE_RESULT = frozenset({"add", "sub", "mul"})
 _FINE_OPERAND = frozenset({"add", "sub"})
+#: A product's int32 scale s_a·s_b is of the add / sub operands' magnitude only at int16, where 2^-11 of
+#: an operand scale is within a product's reach; at int8, 2^-19 of it is not.
+_FINE_RESULT = {"int8": _FINE_OPERAND, "int16": _FINE_OPERAND | {"mul"}}
 
 
 def before_calibration(gm: fx.GraphModule, annotated: Callable[[fx.Node], str | None]) -> list[tuple[str, str]]:
@@ -174,8 +176,9 @@ def before_calibration(gm: fx.GraphModule, annotated: Callable[[fx.Node], str | 
     range, so its output scale equals its input's, 1e-7 apart), decided only after calibration. A pair is
     kept when the producer's int32 scale and the one the consumer rescales its operand to are of one
     magnitude (both far below an activation scale, or both an activation scale): every pair the Q/DQ form
-    found fused in the transformer campaigns is of that kind (sum → mul, add / sub → add / sub, mul → sub),
-    and none of the others (sub → mul would need an output range 2^19 times narrower than its inputs').
+    found fused in the transformer campaigns is of that kind (sum → mul, add / sub → add / sub, and at int16
+    mul → sub), and none of the others (sub → mul would need an output range 2^19 times narrower than its
+    inputs').
     `annotated`: a node's annotated output dtype (None: not annotated for integer codes)."""
     pairs = []
     for c in gm.graph.nodes:
@@ -184,6 +187,7 @@ def before_calibration(gm: fx.GraphModule, annotated: Callable[[fx.Node], str | 
             continue
         for p in dict.fromkeys(a for a in c.args if isinstance(a, fx.Node)):
             p_op = base_name(target_name(p)) if p.op == "call_function" else ""
-            if p_op in PRODUCERS and annotated(p) in _SHIFT and (p_op in _FINE_RESULT) == (c_op in _FINE_OPERAND):
+            dtype = annotated(p)
+            if p_op in PRODUCERS and dtype in _SHIFT and (p_op in _FINE_RESULT[dtype]) == (c_op in _FINE_OPERAND):
                 pairs.append((p.name, c.name))
     return pairs
