@@ -315,7 +315,6 @@ class AnnotatedAdapter:
         """Where a member target's backend may compute a consumer on its producer's unrounded result
         (its ``skipped_requants_before_calibration`` hook), the consumer is unproven there, as in the
         Q/DQ form (which knows the calibrated scales, and proves it where they do not compose)."""
-
         by_group: dict[str, Any] = {}
         for k, qs in self.spec.items():
             by_group.setdefault(self.uf.find("|".join(k)), qs)

@@ -162,11 +162,10 @@ def skipped_requants(gm: fx.GraphModule, consts: Consts, folded: bool) -> list[S
     return found
 
 
-#: Which int32 scales are of an activation scale's magnitude and which far below it: add / sub work at
-#: 2·max(s_a, s_b) / 2^20 (2^12 at int16), mul at s_a·s_b; sum, abs, maximum / minimum keep an operand's.
+#: Ops whose int32 scale is far below an activation scale: add / sub work at 2·max(s_a, s_b) / 2^20 (2^12
+#: at int16); a product's s_a·s_b is of that magnitude only at int16 (2^-11 of an operand scale is within a
+#: product's reach, 2^-19 is not); sum, abs, maximum / minimum keep an operand's scale.
 _FINE_OPERAND = frozenset({"add", "sub"})
-#: A product's int32 scale s_a·s_b is of the add / sub operands' magnitude only at int16, where 2^-11 of
-#: an operand scale is within a product's reach; at int8, 2^-19 of it is not.
 _FINE_RESULT = {"int8": _FINE_OPERAND, "int16": _FINE_OPERAND | {"mul"}}
 
 
@@ -176,7 +175,7 @@ def before_calibration(gm: fx.GraphModule, annotated: Callable[[fx.Node], str | 
     range, so its output scale equals its input's, 1e-7 apart), decided only after calibration. A pair is
     kept when the producer's int32 scale and the one the consumer rescales its operand to are of one
     magnitude (both far below an activation scale, or both an activation scale): every pair the Q/DQ form
-    found fused in the transformer campaigns is of that kind (sum → mul, add / sub → add / sub, and at int16
+    found fused in the campaigns is of that kind (sum → mul, add / sub → add / sub, and at int16
     mul → sub), and none of the others (sub → mul would need an output range 2^19 times narrower than its
     inputs').
     `annotated`: a node's annotated output dtype (None: not annotated for integer codes)."""
