@@ -10,13 +10,12 @@ names one where it fails.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable
 from typing import Any
 
 import torch
 import torch.fx as fx
-from torchao.quantization.pt2e.prepare import _get_edge_or_node_to_group_id
-from torchao.quantization.pt2e.quantizer import SharedQuantizationSpec
 
 from qflow.domain import Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Symbolic, Value
@@ -87,7 +86,10 @@ class AnnotatedAdapter:
         SharedQuantizationSpec, an input edge shares its producer's output observer and its other users'
         edges whenever their root qspecs agree in dtype, range, scheme and fixed qparams (implicit
         sharing: a relu whose cat input is shared with a signed tensor is calibrated on that tensor too,
-        campaign case 00079-arm-pt)."""
+        campaign case 00079-arm-pt). (Imported here: prepare_pt2e's module imports torch._dynamo, which
+        reading a saved program must not pay for.)"""
+        from torchao.quantization.pt2e.prepare import _get_edge_or_node_to_group_id
+
         groups = _get_edge_or_node_to_group_id(self._qspecs())
         first: dict[int, str] = {}
         for e, group in groups.items():
@@ -106,7 +108,8 @@ class AnnotatedAdapter:
             return nodes[edge_or_node.name]
 
         def spec(qs: Any) -> Any:
-            return SharedQuantizationSpec(here(qs.edge_or_node)) if isinstance(qs, SharedQuantizationSpec) else qs
+            shared = type(qs).__name__ == "SharedQuantizationSpec"
+            return dataclasses.replace(qs, edge_or_node=here(qs.edge_or_node)) if shared else qs
 
         out: dict[Any, Any] = {}
         for n in self.gm.graph.nodes:
