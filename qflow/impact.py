@@ -146,12 +146,10 @@ def _op_error(
         return worst  # (what a delegate returns: its output's codes)
     if v.op_class is not OpClass.COMPUTE:
         return math.inf
-    if name in _PRODUCTS:
-        e = _product_error(dg, v, errs, rng)
-        if e is not None:
-            return e
-    if name in GAINED:
-        return v.gain * total if v.gain is not None else math.inf
+    if name in GAINED:  # (a product: the tighter of its operands' values and its adapter's gain)
+        by_values = _product_error(dg, v, errs, rng) if name in _PRODUCTS else None
+        by_gain = v.gain * total if v.gain is not None else math.inf
+        return by_gain if by_values is None else min(by_values, by_gain)
     if name in SUMS:  # (an `alpha` scales the second operand: its adapter's gain)
         return total * (v.gain if v.gain is not None else 1.0)
     if name == "sum":  # each output adds up numel(input) / numel(output) inputs
