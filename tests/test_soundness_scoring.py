@@ -177,3 +177,14 @@ def test_real_worker_killed_in_each_stage(
         assert r["died_in"] == stage and fails == [f"crash in {stage}: {cid}: worker exited in stage {stage}"]
     if stage in ("qflow_folded", "qflow_lowered", "repair", "repair_lower"):  # after the backend run
         assert r["outcome"] in ("exact", "miscompile") and r["err"]["outputs"] and "pre" in r["qflow"]
+
+
+@pytest.mark.parametrize(("lsb", "moved"), [(0.0, False), (0.6, False), (1.0, True), (2.0, True), (2.5, False)])
+def test_a_false_alarm_says_whether_an_output_code_moved(lsb: float, moved: bool) -> None:
+    """Beside the false alarms: those where the backend really moved an output code inside the band (an
+    error under #27's half-LSB rule, exact under the band). A miscompile is never counted there."""
+    r = rec("00870-arm-pc")
+    g = r["grids"][0]
+    r["err"]["outputs"] = [{"abs": lsb * g["out_scale"], "lsb": lsb}, {"abs": 0.0, "lsb": 0.0}]
+    assert summary.moved_a_code(r) is moved
+    assert summary.truth(r) == ("miscompile" if lsb > summary.CAP_LSB else "exact")

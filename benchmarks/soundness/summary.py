@@ -162,6 +162,13 @@ def is_false_alarm(r: dict[str, Any], form: str = "pre") -> bool:
     return truth(r) == "exact" and verdict(r, form) == "error"
 
 
+def moved_a_code(r: dict[str, Any]) -> bool:
+    """Did the backend move a judged output by a whole code, inside the band? Shown beside a false alarm
+    (an error qflow raised where a code really moved, which #27's half-LSB rule calls wrong and the band
+    exact), never used to judge one."""
+    return truth(r) == "exact" and judge(r).get("lsb", 0.0) >= 1.0 - EPS
+
+
 def crash_stage(r: dict[str, Any]) -> str | None:
     """The stage a case crashed in: a worker death (the runner's `died_in`), a qflow / repair crash, a case crash."""
     if r.get("died_in") and r.get("outcome") != "run-failed":
@@ -325,8 +332,8 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
         ]
     lines += [
         "| form | miscompiles | misses | of which *proved* | of which formerly marginal "
-        "| of which within the FQ tie sensitivity | exact | false alarms |",
-        "|---|---|---|---|---|---|---|---|",
+        "| of which within the FQ tie sensitivity | exact | false alarms | of which an output code moved |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for form in ("pre", "generic", "annotated", "folded", "lowered", "pte", "pte_ref"):
         sub = [r for r in recs if form in r.get("qflow", {})]
@@ -340,9 +347,13 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
         lines.append(
             f"| {form} | {len(mis)} | **{len(miss)}** | {sum(verdict(r, form) == 'proved' for r in miss)} | "
             f"{sum(r.get('outcome') == 'marginal' for r in miss)} | {sum(_within_tie(r) for r in miss)} | "
-            f"{len(exact)} | **{len(fa)}**{pct} |"
+            f"{len(exact)} | **{len(fa)}**{pct} | {sum(moved_a_code(r) for r in fa)} |"
         )
     lines += [
+        "",
+        "An output code moved: the backend's judged output is a whole code off, inside the band (1–2 LSB). "
+        "qflow's rule (issue #27: an obligation holds when no output code moves beyond the requant's own "
+        "rounding) calls that an error; the band calls it exact.",
         "",
         "Before partitioning, by variant:",
         "",
