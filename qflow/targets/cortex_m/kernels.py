@@ -490,8 +490,11 @@ def _fuses(bounds: tuple[float | None, float | None], d: Domain) -> bool:
 def _reachable_codes(node: fx.Node, d: Domain) -> tuple[int, int]:
     """The codes of `d` the activation's input can hold: all of them, or, when a clamp-like activation
     upstream (through pass-through ops, in the same domain) bounds them, its bounds' codes (campaign
-    cases 00056-cm, 00095-cm-custom: a clamp after a clamp that already holds its codes in range)."""
+    cases 00056-cm, 00095-cm-custom: a clamp after a clamp that already holds its codes in range;
+    after the passes, the clamp on codes they made of it: 00148-cm)."""
     dq = node.args[0] if node.args else None
+    if isinstance(dq, fx.Node) and "dequantize_per_tensor" not in target_name(dq):
+        return _clamped_codes(dq, d)
     p = _producer(dq) if isinstance(dq, fx.Node) else None
     while p is not None and _marked(p):
         op = base_name(target_name(p))
@@ -502,6 +505,23 @@ def _reachable_codes(node: fx.Node, d: Domain) -> tuple[int, int]:
         if classify(op) is not OpClass.PASSTHROUGH or len(ins) != 1:
             break
         p = _producer(ins[0])
+    return d.qmin, d.qmax
+
+
+def _clamped_codes(p: fx.Node, d: Domain) -> tuple[int, int]:
+    """After the passes: the codes of `d` that `p` (through pass-through ops) can hold — a clamp
+    with integer bounds there is QuantizedClampActivationPass's, bounds in codes."""
+    while p.op == "call_function":
+        op = base_name(target_name(p))
+        if op in _CLAMPS and op.startswith("clamp") and not _float_bounds(p):
+            lo, hi = _real_bounds(p, op) or (None, None)
+            first = d.qmin if lo is None else max(d.qmin, math.ceil(lo))
+            last = d.qmax if hi is None else min(d.qmax, math.floor(hi))
+            return (first, last) if first <= last else (d.qmin, d.qmax)
+        ins = p.all_input_nodes
+        if classify(op) is not OpClass.PASSTHROUGH or len(ins) != 1:
+            break
+        p = ins[0]
     return d.qmin, d.qmax
 
 
