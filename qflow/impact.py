@@ -9,9 +9,9 @@ quantized program puts it (issue #27's false alarms: "0 LSB at every output").
 This module follows the real error, in the infinity norm, from where it lands
 to the outputs through sound per-op bounds: pass-through ops and ``relu`` /
 ``clamp`` keep it, ``add`` / ``sub`` add it up, an elementwise function scales
-it by its Lipschitz constant, an op with a constant operand by the gain its
-adapter measured (``Value.gain``, e.g. a linear layer's largest row sum of
-absolute weights), a product of two operands by the values each can hold, and
+it by its Lipschitz constant, an op with a constant operand (or a target's
+kernel) by the gain its adapter measured (``Value.gain``, e.g. a linear layer's
+largest row sum of absolute weights), a product of two operands by the values each can hold, and
 a requant rounds it by at most one step and clamps it to its range's width.
 Whatever is not modelled (norms, exp, comparisons, indices, unknown ops,
 delegates) makes it unbounded. An output is safe when the error
@@ -155,7 +155,7 @@ def _op_error(
     if name == "sum":  # each output adds up numel(input) / numel(output) inputs
         n_in, n_out = dg.value(errs[0][0]).numel, v.numel
         return total * (n_in // n_out) if n_in and n_out and len(errs) == 1 else math.inf
-    k = v.gain if name in LIPSCHITZ and v.gain is not None else LIPSCHITZ.get(name)
+    k = v.gain if v.gain is not None else LIPSCHITZ.get(name)  # (an adapter's gain: a target's kernel)
     if k is None and len(errs) == 1:
         k = _sloped(name, rng.hull(errs[0][0], errs[0][2]))
     return k * total if k is not None else math.inf

@@ -22,6 +22,7 @@ import qflow
 from qflow.cli import main
 from qflow.integrations.executorch import QflowPass
 from qflow.ir.fx_nodes import target_name
+from qflow.ops import base_name
 from qflow.targets.cortex_m import pipeline as cortex_m
 
 
@@ -325,6 +326,48 @@ def test_a_broken_folded_activation_or_alpha_is_an_error(activations, what: str)
     ep.graph_module.recompile()
     report = qflow.analyze(ep, target="cortex-m", reference=given)
     assert [f.node for f in report.errors] == [node.name], str(report)
+
+
+@pytest.mark.parametrize("model", ["cnn", "depthwise_pool"])
+def test_each_kernels_gain_bounds_how_far_a_wrong_input_code_moves_its_output(pipeline, depthwise_pool, model) -> None:
+    """`impact` follows a wrong code through a kernel by its gain (`Value.gain`): for conv, depthwise conv,
+    add, mul, avg / max pool and linear, every input code moved by up to 3 (run on the reference kernels)
+    moves the output by at most the gain times the inputs' errors summed, plus the output's rounding step."""
+    reference, program = pipeline if model == "cnn" else depthwise_pool
+    dg = qflow.api.domain_graph(program, target="cortex-m", reference=reference)
+    gm, x = program.module(), _inputs()[2]
+    seen: dict[str, torch.Tensor] = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node):
+            seen[n.name] = out = super().run_node(n)
+            return out
+
+    Recorder(gm).run(*x)
+    g = torch.Generator().manual_seed(0)
+    checked = []
+    for n in gm.graph.nodes:
+        if n.name not in dg.g or dg.value(n.name).gain is None or not target_name(n).startswith("cortex_m."):
+            continue
+        v, qin, qout = dg.value(n.name), n.meta["input_qparams"], n.meta["output_qparams"][0]
+        data = [i for i, a in enumerate(n.args) if isinstance(a, torch.fx.Node) and a.name in seen and i in (0, 2, 4)]
+        data = [i for i in data if seen[n.args[i].name].dtype == torch.int8 and not n.args[i].name.startswith("b_")]
+        for _ in range(8):
+            args, moved = list(n.args), 0.0
+            for k, i in enumerate(data):
+                codes = seen[n.args[i].name]
+                step = torch.randint(-3, 4, codes.shape, generator=g)
+                args[i] = (codes.int() + step).clamp(-128, 127).to(torch.int8)
+                moved += float((args[i].int() - codes.int()).abs().max()) * qin[k].scale  # (impact: their sum)
+            args = [seen[a.name] if isinstance(a, torch.fx.Node) and not isinstance(b, torch.Tensor) else b
+                    for a, b in zip(n.args, args, strict=True)]  # fmt: skip
+            out = n.target(*args, **n.kwargs)
+            got = float((out.int() - seen[n.name].int()).abs().max()) * qout.scale
+            assert got <= v.gain * moved + qout.scale * (1 + 1e-6), (n.name, got, v.gain, moved)
+        checked.append(base_name(target_name(n)))
+    assert set(checked) >= ({"quantized_conv2d", "quantized_add", "quantized_mul", "quantized_avg_pool2d",
+                             "quantized_linear"} if model == "cnn" else {"quantized_depthwise_conv2d",
+                                                                         "quantized_max_pool2d"}), checked  # fmt: skip
 
 
 def test_depthwise_conv_and_max_pool_kernels_are_read_and_their_mutants_flagged(depthwise_pool) -> None:

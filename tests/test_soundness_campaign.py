@@ -115,6 +115,11 @@ CASES: dict[str, tuple[str, str]] = {
         "former lowered-form false alarm: after the passes a relu on codes reads the clamp(127, 127) on codes they "
         "make of clamp(0, 6) over an input domain of [-4.4, 0]: the one code it can read, it gets right",
     ),
+    "00283-cm-custom": (
+        "exact",
+        "former lowered-form false alarm: a relu's requant dropped into a clamp on codes, read next by a requant "
+        "into scale 1.2e-7 and two cortex_m.quantized_mul kernels; qflow now follows the wrong codes through them",
+    ),
     "00628-cm": ("miscompile", "a relu after an avg_pool2d of a linear's int32 codes stays on codes (14 LSB)"),
     "00872-cm": (
         "miscompile",

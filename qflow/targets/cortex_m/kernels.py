@@ -58,6 +58,7 @@ import torch.fx as fx
 
 from qflow.domain import FLOAT, Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
+from qflow.impact import LIPSCHITZ
 from qflow.ir.fx_nodes import (
     Consts,
     dtype_name,
@@ -727,6 +728,38 @@ class _Kernel:
                        arg=what, detail=f"{self.name} {what}: {detail}.")
         )  # fmt: skip
 
+    def gains(self, g: float | None) -> None:
+        """How much the kernel can amplify an error on its inputs, in the infinity norm (`Value.gain`:
+        `impact` follows a wrong code through it to the outputs; None: it cannot)."""
+        if g is not None and math.isfinite(g) and self.name in self.dg.g:
+            self.dg.add_value(replace(self.dg.value(self.name), gain=g))
+
+    def magnitude(self, arg: int, d: Domain | None) -> float | None:
+        """The largest real magnitude input `arg` can hold: a constant's own codes, else its domain's range."""
+        if d is None or d.per_channel or not isinstance(d.scale, float):
+            return None
+        src = self.arg(arg)
+        codes = self.consts.tensor(src) if isinstance(src, fx.Node) else None
+        if codes is not None and codes.numel():
+            return float((codes.double() - int(d.zero_point)).abs().max()) * d.scale  # type: ignore[arg-type]
+        return d.scale * max(abs(d.qmin - int(d.zero_point)), abs(d.qmax - int(d.zero_point)))  # type: ignore[arg-type]
+
+    def weight_sum(self, arg: int, w: Domain | None) -> float | None:
+        """A weighted kernel's gain: the largest sum of absolute real weights one output reads. Both the
+        first and the last dimension are taken as the output channel (OHWI or IHWO weights, a linear's
+        either way), and the largest scale for every channel: an upper bound whatever the layout."""
+        src = self.arg(arg)
+        codes = self.consts.tensor(src) if isinstance(src, fx.Node) else None
+        if w is None or codes is None or codes.dim() < 2:
+            return None
+        zps = w.zero_point if w.per_channel else [w.zero_point]
+        scales = w.scale if w.per_channel else [w.scale]
+        if any(z != 0 for z in zps):  # type: ignore[union-attr]
+            return None
+        a = codes.double().abs()
+        sums = max(float(a.flatten(1).sum(1).max()), float(a.flatten(0, -2).sum(0).max()))
+        return sums * max(float(x) for x in scales)  # type: ignore[union-attr]
+
     def keeps_domain(self) -> None:
         """A kernel that copies codes: the output domain the fold recorded on it must be its input's."""
         d = self.ins.get(0)
@@ -796,6 +829,7 @@ def _add(k: _Kernel) -> None:
     coefficient = _add_coefficient(k, (_scale(a), _scale(b), _scale(k.out)), got_b / want_b)
     if coefficient is not None:
         k.ratio_is("other_multiplier/shift", got_b / coefficient, want_b)
+        k.gains(max(1.0, abs(coefficient)))
     k.bounds(lo, hi)
 
 
@@ -820,6 +854,9 @@ def _mul(k: _Kernel) -> None:
     if clamp is None:
         a, b = k.reads(0, 0), k.reads(2, 1)
         k.value()
+        ma, mb = k.magnitude(0, a), k.magnitude(2, b)
+        if ma is not None and mb is not None:  # (|ab - a'b'| <= M (e_a + e_b) + e_a e_b, each e <= 2 M)
+            k.gains(3 * max(ma, mb))
     else:
         a, b = _hardswish(k, clamp)
     k.zero_point("self_zero_point", k.arg(1), a)
@@ -845,6 +882,7 @@ def _activation(k: _Kernel) -> None:
     k.value()
     original = k.node.meta.get("original_aten")
     fn = _LUT_FUNCTIONS.get(base_name(str(original))) if original is not None else None
+    k.gains(LIPSCHITZ.get(base_name(str(original))) if original is not None else None)
     lut = k.consts.tensor(k.arg(1)) if isinstance(k.arg(1), fx.Node) else None
     if d is None or k.out is None or fn is None or lut is None or d.per_channel or k.out.per_channel:
         return k.unproven("a LUT whose function or domains the program after the passes does not record")
@@ -948,6 +986,7 @@ def _linear(k: _Kernel) -> None:
         k.ratio_is("requantize_multipliers/shifts", ratio(mults[0], shifts[0]), _scale(x) * _scale(w) / _scale(k.out))
     k.bounds(k.arg(10), k.arg(9))
     _bias(k, x, w, kernel_sum)
+    k.gains(k.weight_sum(1, w))
 
 
 def _channels(d: Domain | None, n: int) -> list[float]:
@@ -961,6 +1000,7 @@ def _conv2d(k: _Kernel, at: int = 6) -> None:
     """`at`: the position of input_offset (the depthwise kernel has depth_multiplier before it)."""
     x, w, b = k.reads(0, 0), k.ins.get(1), k.ins.get(2)
     k.value()
+    k.gains(k.weight_sum(1, w))  # (a transposed conv's output sums at most its kernel's weights too)
     k.zero_point("input_offset", k.arg(at), x, sign=-1)
     k.zero_point("output_offset", k.arg(at + 1), k.out)
     k.bounds(k.arg(at + 4), k.arg(at + 5))
@@ -1030,6 +1070,7 @@ def _bias(k: _Kernel, x: Domain | None, w: Domain | None, kernel_sum: Any) -> No
 def _avg_pool2d(k: _Kernel) -> None:
     d = k.reads(0, 0)
     k.value()
+    k.gains(1.0)  # (each output a mean of its inputs)
     # (its zero point and multiplier / shift dequantize and requantize with themselves: a
     # mutated one moves codes by at most one, measured — rounding, not a domain)
     if d is not None and k.out is not None and d != k.out:
@@ -1065,6 +1106,7 @@ def _max_pool2d(k: _Kernel) -> None:
     input and output zero points), so the output is the input's codes in the input's domain."""
     d = k.reads(0, 0)
     k.value()
+    k.gains(1.0)  # (a max moves by at most its inputs' largest error)
     k.zero_point("input_zero_point", k.arg(6), d)
     k.zero_point("output_zero_point", k.arg(7), k.out)
     # (a fused relu narrows the output's code range: the activation bounds clamp to it)
