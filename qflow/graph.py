@@ -97,6 +97,8 @@ class Value:
     clamp: tuple[float, float] | None = None
     #: A matrix product's contraction length (each output sums that many products): `ranges`.
     terms: int | None = None
+    #: A dequantized constant's real values (their hull, within its domain's range): `ranges`.
+    values: tuple[float, float] | None = None
 
 
 class ObligationKind(enum.Enum):

@@ -107,9 +107,12 @@ class _Ranges:
         p, b = self.both(name, e)
         return min(p[0], b[0]), max(p[1], b[1])
 
-    def pinned(self, name: str, e: float, lo: float, hi: float) -> bool:
-        """Do both sides lie beyond one end of [lo, hi] (a clamp there gives both the same value)?"""
+    def pinned(self, name: str, e: float, lo: float, hi: float, within: float = 0.0) -> bool:
+        """Do both sides lie beyond one end of [lo, hi] (a clamp there gives both the same value), or
+        nearer to it than `within` (half a quantize's step: it rounds both to its end code)?"""
         p, b = self.both(name, e)
+        if within > 0:
+            return (p[0] > hi - within and b[0] > hi - within) or (p[1] < lo + within and b[1] < lo + within)
         return (p[0] >= hi and b[0] >= hi) or (p[1] <= lo and b[1] <= lo)
 
 
@@ -219,7 +222,7 @@ def output_error(
                 # rounds once more: one step, clamped to its range, where both sides can be
                 at = first if v.op_class is OpClass.QUANTIZE else name
                 qlo, qhi = domain_range(own_domain(v)) or (-math.inf, math.inf)
-                if ranges.pinned(at, e, qlo, qhi):  # both saturate at one end: the same code
+                if ranges.pinned(at, e, qlo, qhi, own[0] / 2):  # both saturate at one end: the same code
                     e = 0.0
                 lo, hi = ranges.hull(at, e)
                 pre[name], grid[name] = e, own

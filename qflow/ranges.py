@@ -165,7 +165,9 @@ def _transfer(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -
         lo = s * math.floor(lo / s) if math.isfinite(lo) else lo  # type: ignore[operator]
         hi = s * math.ceil(hi / s) if math.isfinite(hi) else hi  # type: ignore[operator]
         return _meet((lo, hi), own)
-    if cls is OpClass.DEQUANTIZE and ins and ins[0][1] == "args[0]":
+    if cls is OpClass.DEQUANTIZE and v.values is not None:
+        out = v.values  # (a constant's own values)
+    elif cls is OpClass.DEQUANTIZE and ins and ins[0][1] == "args[0]":
         out = ins[0][2]
     elif cls is OpClass.PASSTHROUGH and name not in _ADDS_VALUES:
         sel = SELECT_INPUTS.get(name)

@@ -95,6 +95,17 @@ def clamp(node: fx.Node) -> tuple[float, float] | None:
         return None
 
 
+def constant_values(node: fx.Node, consts: Consts) -> tuple[float, float] | None:
+    """The real values a dequantized constant holds (their hull), or None when `node` is none:
+    a calibrated weight's domain spans more than the weight holds."""
+    if classify(target_name(node)) is not OpClass.DEQUANTIZE:
+        return None
+    c = _constant(node, consts)
+    if c is None or not c.numel() or not bool(c.isfinite().all()):
+        return None
+    return float(c.min()), float(c.max())
+
+
 def _product(a: Any, b: Any, consts: Consts, k: int) -> float | None:
     for x, y in ((a, b), (b, a)):
         if isinstance(y, (int, float)) and not isinstance(y, bool):

@@ -279,3 +279,41 @@ def test_a_matrix_product_of_two_activations_sums_products_of_their_values() -> 
         assert r[0] - 1e-12 <= value <= r[1] + 1e-12
         worst = max(worst, abs(sum(x * y for x, y in zip(a2, b, strict=True)) - value))
     assert worst <= bound + 1e-12 and worst > 0.8 * bound  # (sound, and nearly reached)
+
+
+@pytest.mark.parametrize("values", [None, (1.7745, 1.7748)])
+def test_a_constant_is_the_values_it_holds_and_a_quantize_pins_what_lies_within_half_a_step(values) -> None:
+    """tanh(x) - c with c a constant near its domain's top, into a domain of [-0.775, 0] (campaign case
+    00005-cm-custom): with the constant's own values (`Value.values`) the difference lies below the
+    output's lowest code + half a step on both sides, whatever x's codes, so a wrong read of x moves
+    nothing; with its domain's range it may move the output by its whole range."""
+    t_dom, c_dom = (
+        Domain.quantized("int8", 1 / 255, -128, -128, 127),
+        Domain.quantized("int8", 0.00696, -128, -128, 127),
+    )
+    out = Domain.quantized("int8", 0.00304, 127, -128, 127)
+    dg = DomainGraph(form="qdq")
+    q, dq = "quantized_decomposed.quantize_per_tensor.default", "quantized_decomposed.dequantize_per_tensor.default"
+    for name, target, cls, d, srcs, kw in (
+        ("x", "placeholder", OpClass.UNKNOWN, FLOAT, (), {}),
+        ("q0", q, OpClass.QUANTIZE, WIDE, ("x",), {}),
+        ("dq0", dq, OpClass.DEQUANTIZE, WIDE, ("q0",), {}),
+        ("t", "aten.tanh.default", OpClass.COMPUTE, FLOAT, ("dq0",), {}),
+        ("q1", q, OpClass.QUANTIZE, t_dom, ("t",), {}),
+        ("dq1", dq, OpClass.DEQUANTIZE, t_dom, ("q1",), {}),
+        ("c", "placeholder", OpClass.CONSTANT, c_dom, (), {}),
+        ("dqc", dq, OpClass.DEQUANTIZE, c_dom, ("c",), {"values": values}),
+        ("s", "aten.sub.Tensor", OpClass.COMPUTE, FLOAT, ("dq1", "dqc"), {"gain": 1.0}),
+        ("q2", q, OpClass.QUANTIZE, out, ("s",), {}),
+        ("dq2", dq, OpClass.DEQUANTIZE, out, ("q2",), {}),
+    ):
+        dg.add_value(Value(name, target, cls, Definition(DefKind.FACT, d), **kw))
+        for i, src in enumerate(srcs):
+            dg.add_use(src, name, f"args[{i}]")
+    dg.outputs = ["dq2"]
+    hit = impact.output_error(dg, {"q0": impact.width(WIDE)})
+    if values is None:
+        assert hit.lsb > 100
+    else:
+        assert ranges.value_ranges(dg)["s"][1] < out.scale * (out.qmin - 127) + out.scale / 2
+        assert hit.output is None or hit.lsb == 0.0
