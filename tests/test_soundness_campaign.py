@@ -232,6 +232,21 @@ def test_verdict_matches_backend(campaign: Any, cid: str) -> None:
         assert summary.repair_problem(rec) is None, f"{cid}: repair worse against the original: {repair}"
 
 
+def test_a_constant_weighs_by_the_values_it_holds(campaign: Any) -> None:
+    """00005-cm-custom (a former false alarm before the passes): a slice's dropped requant reaches
+    tanh(sum) - c, with c a constant at the top of its domain, into an output domain whose lowest code is
+    1 - c: whatever the slice's codes, both sides lie within half a step of that code. With the
+    constant's domain range instead of its values, qflow bounded the output at 329 LSB. (After the
+    passes the constant is a `quantized_add`'s operand, whose values the lowered form does not weigh yet.)"""
+    rec = campaign("00005-cm-custom")
+    import summary
+
+    assert summary.truth(rec) == "exact", rec.get("err")
+    assert rec["verdict"] == "proved", rec["qflow"]["pre"]["findings"]
+    [masked] = [f for f in rec["qflow"]["pre"]["findings"] if f["kind"] == "requant-after-passthrough"]
+    assert masked["severity"] == "info"
+
+
 def test_the_joint_output_bound_holds_where_an_activation_clamps_a_dropped_chain(campaign: Any) -> None:
     """01139-cm-custom: relu's requant A → C and pixel_shuffle's C → D are both dropped. The pair was weighed as
     a copy of A's codes read as D (`output_lsb` 85) while the backend clamps those codes by the relu's bound
