@@ -167,6 +167,10 @@ UNREPAIRABLE = {"00014-cm", "00015-cm-custom", "00118-cm", "00158-cm", "00628-cm
 UNREPAIRABLE.add("00766-tx-arm-custom")  # (a skipped requant there stays unproven: there is no proof to repair to)
 # Cases where qflow is wrong today (the campaign's open findings).
 KNOWN_WRONG: dict[str, str] = {
+    "00134-cm": "mul by a constant, x0.5, tanh: the reference kernels' quantized_mul rounds twice (requantize_cmsis: "
+    "the doubling high multiply, then the shift), so 1.4934 output LSB (95.575 / 64) becomes 2, one code above the "
+    "program's, and tanh carries it onto a 3.8x finer grid: 4 output LSB (2026-11-28). qflow does not bound a "
+    "kernel's own rounding: proved",
     "00974-arm-a16w8": "reduced: a16w8 conv -> sum -> mul(conv, sum). The sum and the mul read the conv's "
     "accumulator unclamped (RewriteConvPass's int16 fork): 35612 output LSB off on inputs in the input's domain "
     "(2026-11-26; 8 on the calibration samples). qflow says unproven (skipped-requant), not an error: its proof "
