@@ -362,7 +362,9 @@ KINDS: dict[str, Kind] = {
             "differs (measured, stock CortexMQuantizer, ExecuTorch 1.5.1: `where(x > 0, x, y)` 122 output "
             "LSB, tests/contracts/; a hardtanh after a linear that has another user, so "
             "ActivationFusionPass does not fuse it and QuantizedClampActivationPass skips it as its input "
-            "is not int8 yet: every code off, tests/test_cortex_m.py). On the annotated graph it is a warning "
+            "is not int8 yet: every code off, tests/test_cortex_m.py). An activation's wrong codes are "
+            "followed to the outputs: the finding says how far they move them, and holds where none moves "
+            "beyond its rounding. On the annotated graph it is a warning "
             "at every activation: which ones the passes leave on codes is decided by the calibrated program.",
             "Keep the op in float (leave it out of the quantizer's annotation), or make it fuse: an "
             "activation whose bounds span its output's code range and whose producer has no other user; "

@@ -194,6 +194,12 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
             lo, hi = _read_as(declared, ob.codes)
             return spot, max(hi, program[1]) - min(lo, program[0]), (lo, hi), True  # (a clamp: whatever reaches it)
         return spot, impact.width(declared), _read_as(declared, DTYPE_RANGE[declared.dtype]), False
+    if ob.finding_kind == "real-constant-on-codes" and ob.codes is not None and ob.bound is not None:
+        # (an activation on codes with its bounds as written: its codes, each at most `bound.codes` off)
+        at, d = _codes_of(dg, ob.node), ob.expected
+        if at is None or d is None or at[1] != d:
+            return None
+        return at[0], ob.bound.codes * d.scale, _read_as(d, ob.codes), False  # type: ignore[operator]
     if ob.finding_kind == "dropped-scale" and ob.edge and ob.bound is not None and ob.expected is not None:
         # (zero points only, a bound over every code as a copy's; the backend writes the op's codes
         # clamped to the dtype: anywhere in it)

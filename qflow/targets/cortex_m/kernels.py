@@ -56,6 +56,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from qflow.bounds import Bound
 from qflow.domain import FLOAT, Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
 from qflow.impact import LIPSCHITZ
@@ -566,13 +567,18 @@ def _activation_left_on_codes(dg: DomainGraph, node: fx.Node, op: str, passes: A
         if not (node.name in left if left is not None else _predicted_left(node, op, d_out)):
             return
         detail += " by CortexMPassManager" + (" (measured: the passes were run on a copy)" if left is not None else "")
+    off = 0
     if bad.any():
         i = int(bad.nonzero()[0])
+        off = int((got - want).abs().max())
         detail += (f": its output differs from the activation in {d_out} on {int(bad.sum())} of {len(codes)} codes "
                    f"(code {int(codes[i])} gives {int(got[i])}, the domains need {int(want[i])})")  # fmt: skip
+    # (its codes, read in `d_out`, and how far each is off: `landing` follows them to the outputs)
+    read = (max(d_out.qmin, int(got.min())), min(d_out.qmax, int(got.max()))) if len(codes) else None
     dg.oblige(
         Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind="real-constant-on-codes",
-                   holds=not bad.any(), arg=op, detail=detail + ".")
+                   holds=not bad.any(), arg=op, detail=detail + ".", expected=d_out, codes=read,
+                   bound=Bound(float(off), off) if off else None)
     )  # fmt: skip
 
 
