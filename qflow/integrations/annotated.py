@@ -240,6 +240,8 @@ class AnnotatedAdapter:
             self._shared_activation(n)
         if base_name(target_name(n)) in BOUNDED and out is not None:
             self._activation_after_calibration(n)
+        if out is not None:
+            self._laid_out_by_lowering(n)
         if cls is OpClass.COMPUTE:
             self._oblige_measured(n, a)
 
@@ -348,6 +350,15 @@ class AnnotatedAdapter:
             "miscompile) depends on the calibrated program (analyze the converted program)"
         )
         self.dg.oblige_unbounded(n.name, "its lowering", "real-constant-on-codes", why, deciding)
+
+    def _laid_out_by_lowering(self, n: fx.Node) -> None:
+        """An op whose lowering writes its arguments for the layout its input has when the lowering
+        runs: the annotated graph cannot say it computes right (unproven here, never proved)."""
+        deciding = tuple(t.name for t in self._members if base_name(target_name(n)) in t.laid_out_by_lowering)
+        if deciding:
+            why = (f"the {', '.join(deciding)} lowering writes {n.name}'s ({target_name(n)}) arguments in the memory "
+                   "order its input has when the lowering runs (analyze the converted program)")  # fmt: skip
+            self.dg.oblige_unbounded(n.name, "its lowering", "kernel-argument-mismatch", why, deciding)
 
     def _shared_activation(self, n: fx.Node) -> None:
         """A fused conv/linear → relu pattern needs zp == qmin; sharing the relu's

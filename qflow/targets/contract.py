@@ -109,6 +109,10 @@ class Target:
     #: the activation passes run; campaign cases 01078-cm, 01109-cm-custom, 01188-cm, proved on the
     #: annotated graph and 84-255 output LSB off on the reference kernels).
     activations_decided_after_calibration: bool = False
+    #: Ops whose lowering writes their arguments for a memory layout known only when the lowering runs
+    #: on the converted program (Cortex-M: a pad's pre / post pads in memory order, written for the
+    #: other layout in campaign case 00158-cm, proved on the annotated graph): unproven before calibration.
+    laid_out_by_lowering: frozenset[str] = frozenset()
     #: Ops the partitioner delegates only with at least this many distinct
     #: tensor inputs; with fewer the op runs on the CPU in float (XNNPACK's
     #: CatConfig: ``len(node.all_input_nodes) >= 2``; campaign case 00077,

@@ -41,6 +41,7 @@ TARGET = Target(
     # (measured: 01099-cm-custom, the program CortexMPassManager returns; 70 LSB when read as one).
     fuses_consecutive_clamps=False,
     activations_decided_after_calibration=True,
+    laid_out_by_lowering=frozenset({"constant_pad_nd", "pad"}),
     backend="qflow.targets.cortex_m.backend",
     # Stock CortexMQuantizer single-op programs measured within 1 output LSB of the fake-quantized
     # model on the reference kernels (benchmarks/contracts.json, 2026-11-25); `convolution` is the
