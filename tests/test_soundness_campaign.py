@@ -109,7 +109,7 @@ CASES: dict[str, tuple[str, str]] = {
         "former miss: clamp(max=1) after an add of a tanh's codes: aten promotes the add's output to float, so "
         "QuantizedClampActivationPass leaves the clamp's real bound on the codes (11 LSB)",
     ),
-    # former misses: whether the passes leave an activation on codes is measured by running them
+    # former lowered-form false alarms: what the program after the passes reads, weighed as before them
     "00148-cm": (
         "exact",
         "former lowered-form false alarm: after the passes a relu on codes reads the clamp(127, 127) on codes they "
@@ -120,6 +120,7 @@ CASES: dict[str, tuple[str, str]] = {
         "former lowered-form false alarm: a relu's requant dropped into a clamp on codes, read next by a requant "
         "into scale 1.2e-7 and two cortex_m.quantized_mul kernels; qflow now follows the wrong codes through them",
     ),
+    # former misses: whether the passes leave an activation on codes is measured by running them
     "00628-cm": ("miscompile", "a relu after an avg_pool2d of a linear's int32 codes stays on codes (14 LSB)"),
     "00872-cm": (
         "miscompile",
