@@ -71,6 +71,7 @@ from qflow.ir.fx_nodes import (
     target_name,
 )
 from qflow.ops import OpClass, base_name, classify
+from qflow.ranges import domain_range
 
 KIND = "kernel-argument-mismatch"
 #: Multipliers are 31-bit fixed point: two of them differ from the real ratio by < 2^-29.
@@ -742,13 +743,14 @@ class _Kernel:
 
     def magnitude(self, arg: int, d: Domain | None) -> float | None:
         """The largest real magnitude input `arg` can hold: a constant's own codes, else its domain's range."""
-        if d is None or d.per_channel or not isinstance(d.scale, float):
+        held = domain_range(d)
+        if d is None or held is None:
             return None
         src = self.arg(arg)
         codes = self.consts.tensor(src) if isinstance(src, fx.Node) else None
         if codes is not None and codes.numel():
-            return float((codes.double() - int(d.zero_point)).abs().max()) * d.scale  # type: ignore[arg-type]
-        return d.scale * max(abs(d.qmin - int(d.zero_point)), abs(d.qmax - int(d.zero_point)))  # type: ignore[arg-type]
+            return float((codes.double() - int(d.zero_point)).abs().max()) * d.scale  # type: ignore[arg-type, operator]
+        return max(abs(held[0]), abs(held[1]))
 
     def weight_sum(self, arg: int, w: Domain | None) -> float | None:
         """A weighted kernel's gain: the largest sum of absolute real weights one output reads. Both the
