@@ -516,11 +516,8 @@ def _clamped_codes(p: fx.Node, d: Domain) -> tuple[int, int]:
     with integer bounds there is QuantizedClampActivationPass's, bounds in codes."""
     while p.op == "call_function":
         op = base_name(target_name(p))
-        if op in _CLAMPS and op.startswith("clamp") and not _float_bounds(p):
-            lo, hi = _real_bounds(p, op) or (None, None)
-            first = d.qmin if lo is None else max(d.qmin, math.ceil(lo))
-            last = d.qmax if hi is None else min(d.qmax, math.floor(hi))
-            return (first, last) if first <= last else (d.qmin, d.qmax)
+        if (codes := _code_bounds(p, op)) is not None and max(codes[0], d.qmin) <= min(codes[1], d.qmax):
+            return max(codes[0], d.qmin), min(codes[1], d.qmax)
         ins = p.all_input_nodes
         if classify(op) is not OpClass.PASSTHROUGH or len(ins) != 1:
             break
