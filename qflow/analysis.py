@@ -49,6 +49,8 @@ def _describe(dg: DomainGraph, r: Result) -> tuple[str, str]:
     exp = str(r.expected.domain) if r.expected and r.expected.domain else "?"
     if r.produced and r.produced.real and r.produced.domain and not r.produced.domain.is_float:
         prod = f"real numbers on the grid {prod}"
+    if r.status is Status.UNPROVEN and ob.kind is ObligationKind.STRUCTURAL:  # (decided on numbers qflow lacks)
+        return ob.finding_kind, f"unproven: {ob.detail}"
     if r.status is Status.UNPROVEN:
         blocker = r.blockers[0] if r.blockers else "an unknown value"
         root = blocker.split(": ", 1)[0]  # (blockers read "value: reason"; a name may hold ":")

@@ -57,6 +57,24 @@ class Bound:
         return f"moves output codes by up to {self.codes} LSB ({self.lsb:.3g} output LSB before rounding)"
 
 
+@dataclass(frozen=True)
+class CodeErrors:
+    """How far a backend's op is off the op it stands for, in output LSB, by input code: `runs` of
+    input codes in `domain` as (first, last, worst in them, a code where it is worst). An int16 TOSA
+    TABLE interpolates between entries 128 codes apart: one run per entry (`prove` reads the worst over
+    the codes the program reaches)."""
+
+    domain: Domain
+    runs: tuple[tuple[int, int, float, int], ...]
+    #: How far off the op may be and still count as computing right (the target's measured band).
+    within: float = TOLERANCE_LSB
+
+    def worst(self, codes: tuple[int, int] | None = None) -> tuple[float, int]:
+        """(the largest error over `codes` — every code when None —, a code where it is)."""
+        lo, hi = codes if codes is not None else (-math.inf, math.inf)
+        return max(((e, at) for first, last, e, at in self.runs if first <= hi and last >= lo), default=(0.0, 0))
+
+
 def dropped_requant(d_in: Domain, d_out: Domain, how: str, code_range: tuple[int, int] | None = None) -> Bound | None:
     """The bound for codes of `d_in` read as `d_out` across an op lowered as `how`
     (COPY or ZP_ONLY), over `code_range` (default: `d_in`'s whole range). None

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
-from qflow.bounds import Bound
+from qflow.bounds import Bound, CodeErrors
 from qflow.domain import DTYPE_RANGE, FLOAT, Domain
 from qflow.ops import OpClass
 
@@ -99,6 +99,8 @@ class Value:
     terms: int | None = None
     #: A dequantized constant's real values (their hull, within its domain's range): `ranges`.
     values: tuple[float, float] | None = None
+    #: A reduction's dimensions (`gains.reduced`): a row's maximum and a sum over the same rows (`ranges`).
+    reduced: tuple[int, ...] | None = None
 
 
 class ObligationKind(enum.Enum):
@@ -142,6 +144,9 @@ class Obligation:
     #: NO_FOLD_CHANGE across an activation: the codes of `expected` the backend's result lies in, measured
     #: (the clamp the lowering makes of the activation, its bounds in that domain's codes); None: unknown.
     codes: tuple[int, int] | None = None
+    #: STRUCTURAL: how far the backend's op is off by input code (an int16 TABLE's interpolation); `value`
+    #: is the op whose input codes index it, and the codes the program reaches there decide (`prove`).
+    off_by_code: CodeErrors | None = None
 
 
 @dataclass

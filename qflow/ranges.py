@@ -205,5 +205,78 @@ def value_ranges(dg: DomainGraph, given: Mapping[str, Interval] | None = None) -
             out[name] = given[name]
             continue
         ins = [(p, lab, out[p]) for p, data in g._pred[name].items() for lab in data["args"]]
-        out[name] = _transfer(dg, dg.value(name), ins)
+        out[name] = _meet(_transfer(dg, dg.value(name), ins), _rows(dg, name, out, given or {}))
     return out
+
+
+# -- a softmax's rows: what one interval per value cannot say -------------------------------------
+
+
+def _arg(dg: DomainGraph, name: str, label: str) -> str | None:
+    return next((p for p, data in dg.g._pred[name].items() if label in data["args"]), None)
+
+
+def _codes(dg: DomainGraph, name: str | None) -> tuple[str, Domain] | None:
+    """(the quantize whose codes a dequantize reads, their domain), or None."""
+    if name is None or dg.value(name).op_class is not OpClass.DEQUANTIZE:
+        return None
+    q = _arg(dg, name, "args[0]")
+    v = dg.value(q) if q is not None else None
+    if v is None or v.op_class is not OpClass.QUANTIZE or v.definition.kind is not DefKind.FACT:
+        return None
+    d = v.definition.domain
+    read = dg.value(name).definition.domain if dg.value(name).definition.kind is DefKind.FACT else None
+    return (q, d) if domain_range(d) is not None and (read is None or read == d) else None  # type: ignore[return-value]
+
+
+def _row_max_gap(
+    dg: DomainGraph, sub: str, out: Mapping[str, Interval], given: Mapping[str, Interval]
+) -> tuple[float, str, tuple[int, ...]] | None:
+    """`x - amax(x)` (a softmax's first step): (how far above 0 it can be — the row maximum is
+    requantized, half a step of its domain —, the amax, its dimensions), or None for any other sub."""
+    v = dg.value(sub)
+    if base_name(v.target) != "sub":
+        return None
+    x, m_codes = _codes(dg, _arg(dg, sub, "args[0]")), _codes(dg, _arg(dg, sub, "args[1]"))
+    m = _arg(dg, m_codes[0], "args[0]") if m_codes is not None else None
+    if x is None or m is None or base_name(dg.value(m).target) != "amax" or dg.value(m).reduced is None:
+        return None
+    if _codes(dg, _arg(dg, m, "args[0]")) != x or {x[0], m_codes[0], m} & set(given):  # type: ignore[index]
+        return None  # (not the same codes, or wrong ones the backend writes: no relation left)
+    d = m_codes[1]  # type: ignore[index]
+    span, reach = domain_range(d), out.get(m)
+    if span is None or reach is None or not (span[0] <= reach[0] and reach[1] <= span[1]):
+        return None  # (a maximum the amax's domain clamps can be far below the row's)
+    return d.scale / 2, m, dg.value(m).reduced  # type: ignore[operator, return-value]
+
+
+def _rows(dg: DomainGraph, name: str, out: Mapping[str, Interval], given: Mapping[str, Interval]) -> Interval | None:
+    """What a softmax's decomposition keeps of its rows: `x - amax(x)` is at most half a step of the
+    maximum's domain above 0, and a sum over the same rows of the exp of it holds the row maximum's
+    term, exp(0) rounded twice. Arm's int16 exp and reciprocal TABLEs are thousands of LSB off on
+    positive exponents and on sums near 0, which a softmax never reaches (measured on the TOSA
+    reference model: the a16w8 softmax computes right)."""
+    v = dg.value(name)
+    gap = _row_max_gap(dg, name, out, given)
+    if gap is not None:
+        return -math.inf, gap[0]
+    if base_name(v.target) != "sum" or v.reduced is None:
+        return None
+    terms = _codes(dg, _arg(dg, name, "args[0]"))
+    e = _arg(dg, terms[0], "args[0]") if terms is not None else None
+    if e is None or base_name(dg.value(e).target) != "exp" or {terms[0], e} & set(given):  # type: ignore[index]
+        return None
+    sub = _codes(dg, _arg(dg, e, "args[0]"))
+    s = _arg(dg, sub[0], "args[0]") if sub is not None else None
+    gap = _row_max_gap(dg, s, out, given) if s is not None and sub[0] not in given else None  # type: ignore[index]
+    if gap is None or gap[2] != v.reduced or dg.value(gap[1]).numel != v.numel:
+        return None
+    lo = -gap[0] - sub[1].scale / 2  # type: ignore[index, operator]  # (rounded into the sub's domain)
+    top = math.exp(lo) - terms[1].scale / 2  # type: ignore[index, operator]  # (and the exp's)
+    if domain_range(sub[1])[1] < -gap[0] or domain_range(terms[1])[1] < math.exp(lo):  # type: ignore[index]
+        return None  # (a domain whose top is below the row maximum's term clamps it)
+    rest = out.get(terms[0], UNBOUNDED)[0]  # type: ignore[index]
+    if not math.isfinite(rest) or not v.numel or not dg.value(e).numel:
+        return None
+    k = dg.value(e).numel // v.numel  # type: ignore[operator]
+    return top + (k - 1) * min(rest, 0.0), math.inf

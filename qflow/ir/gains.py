@@ -95,6 +95,29 @@ def clamp(node: fx.Node) -> tuple[float, float] | None:
         return None
 
 
+#: Reductions over dimensions: which ones (`Value.reduced`) tells whether two of them reduce the same rows.
+_REDUCTIONS = frozenset({"amax", "amin", "sum", "mean"})
+
+
+def reduced(node: fx.Node) -> tuple[int, ...] | None:
+    """The dimensions a reduction reduces, non-negative and sorted (all of them for an empty list), or
+    None when `node` is no reduction with static dimensions, or a maximum / minimum not kept in its
+    rows' place (`keepdim`: what `x - amax(x)` subtracts from each element is then its row's)."""
+    name = base_name(target_name(node))
+    if name not in _REDUCTIONS or not node.args or not isinstance(node.args[0], fx.Node):
+        return None
+    if name in ("amax", "amin") and not (node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)):
+        return None
+    shape = static_shape(val_of(node.args[0]))
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", ())
+    if shape is None or dims is None:
+        return tuple(range(len(shape))) if shape is not None else None
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if not all(isinstance(d, int) and -len(shape) <= d < max(len(shape), 1) for d in dims):
+        return None
+    return tuple(sorted({d % max(len(shape), 1) for d in dims})) if dims else tuple(range(len(shape)))
+
+
 def constant_values(node: fx.Node, consts: Consts) -> tuple[float, float] | None:
     """The real values a dequantized constant holds (their hull), or None when `node` is none:
     a calibrated weight's domain spans more than the weight holds."""

@@ -133,7 +133,7 @@ def _chain(dg: DomainGraph, copies: dict[str, Read], spot: str) -> tuple[list[Do
     return [r.produced, r.expected], r.obligation.node
 
 
-def _reach(d: Domain | None, r: Interval | None) -> tuple[int, int] | None:
+def reach(d: Domain | None, r: Interval | None) -> tuple[int, int] | None:
     """The codes of `d` that values in `r` round to."""
     if d is None or r is None or d.is_float or d.per_channel or not isinstance(d.scale, float):
         return None
@@ -152,7 +152,7 @@ def _negated(dg: DomainGraph, node: str, d: Domain, rng: Mapping[str, Interval])
     if dg.get(node) is None or base_name(dg.value(node).target) != "neg" or len(preds) != 1:
         return lo, hi
     src = dg.value(preds[0]).definition.domain
-    codes = _reach(src, rng.get(preds[0]))
+    codes = reach(src, rng.get(preds[0]))
     if src is None or codes is None or not isinstance(d.zero_point, int):
         return lo, hi
     zi, zo = int(src.zero_point), d.zero_point  # type: ignore[arg-type]
@@ -176,7 +176,7 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
     backend's values there lie in, whether that holds whatever error reaches the value), or None when
     qflow cannot bound it."""
     ob = r.obligation
-    codes = _reach(r.produced, rng.get(ob.value))
+    codes = reach(r.produced, rng.get(ob.value))
     spot = ob.edge[1] if ob.edge and ob.kind is not ObligationKind.CLAIM else ob.node
     if spot not in dg.g:
         return None
@@ -200,6 +200,15 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
         if at is None or d is None or at[1] != d:
             return None
         return at[0], ob.bound.codes * d.scale, _read_as(d, ob.codes), False  # type: ignore[operator]
+    if ob.off_by_code is not None and ob.bound is not None:
+        # (an op the backend computes off, by up to `bound` codes where the program's input reaches: its
+        # codes are the program's, that far off either way)
+        at, d = _codes_of(dg, ob.value), ob.expected
+        program = rng.get(at[0]) if at is not None else None
+        if at is None or d is None or at[1] != d or program is None or (span := ranges.domain_range(d)) is None:
+            return None
+        e = ob.bound.codes * d.scale  # type: ignore[operator]
+        return at[0], e, (max(program[0] - e, span[0]), min(program[1] + e, span[1])), False
     if ob.finding_kind == "dropped-scale" and ob.edge and ob.bound is not None and ob.expected is not None:
         # (zero points only, a bound over every code as a copy's; the backend writes the op's codes
         # clamped to the dtype: anywhere in it)
@@ -241,5 +250,5 @@ def _merged(dg: DomainGraph, ob: Obligation, rng: Mapping[str, Interval]) -> tup
     at, src = _codes_of(dg, ob.node), _codes_of(dg, ob.other) if ob.other else None
     if at is None or src is None or at[1].dtype != src[1].dtype:
         return None
-    codes = _reach(src[1], rng.get(src[0]))
+    codes = reach(src[1], rng.get(src[0]))
     return _as_copy(at[0], src[1], at[1], codes, bounds.dropped_requant(src[1], at[1], bounds.COPY, codes))

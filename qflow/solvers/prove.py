@@ -560,6 +560,7 @@ def prove(dg: DomainGraph, engine: str = "text", tautologies: bool = True) -> tu
     results = p.prove()
     if dg.form != "annotated":  # (symbolic domains: a proof must hold for every calibration outcome)
         results = [_weigh(r) if r.status is Status.VIOLATED and r.obligation.kind in _COPIES else r for r in results]
+        results = _off_by_code(dg, results)
         results = _masked(dg, results)
     return results, p.stats
 
@@ -581,6 +582,40 @@ def _weigh(r: Result) -> Result:
         return r
     status = Status.PROVED if bound.within_rounding else Status.VIOLATED
     return Result(r.obligation, status, r.produced, r.expected, r.blockers, bound)
+
+
+def _off_by_code(dg: DomainGraph, results: list[Result]) -> list[Result]:
+    """An op the backend computes off by input code (an int16 TABLE's interpolation) is weighed over the
+    codes the program reaches at its input: within its band there it holds (an info finding says how far
+    off); beyond it, a violation that far off there, weighed downstream like any other (`_masked`); where
+    qflow cannot read its input's codes (an artifact read alone), unproven."""
+    if not any(r.obligation.off_by_code is not None for r in results):
+        return results
+    rng = ranges.value_ranges(dg)
+    out = []
+    for r in results:
+        ob, off = r.obligation, r.obligation.off_by_code
+        if off is None or r.status is not Status.PROVED:
+            out.append(r)
+            continue
+        src = next((p for p, e in dg.g._pred[ob.value].items() if "args[0]" in e["args"]), None)
+        codes = landing.reach(off.domain, rng.get(src)) if src is not None and ob.value != ob.node else None
+        if codes is None:
+            text = f"{ob.detail}; which of its input codes the program reaches is not known here."
+            out.append(replace(r, status=Status.UNPROVEN, obligation=replace(ob, detail=text, severity="warning")))
+            continue
+        worst, at = off.worst(codes)
+        text = (
+            f"{ob.detail}; over the input codes the program reaches there ({codes[0]} to {codes[1]}), up to "
+            f"{worst:.3g} output LSB off (at input code {at})"
+        )
+        if worst <= off.within:
+            out.append(replace(r, obligation=replace(ob, detail=f"{text}: within {off.within:g} LSB.")))
+            continue
+        bound = Bound(worst, math.ceil(worst - 1e-9))
+        ob = replace(ob, detail=f"{text}.", severity="error", bound=bound)
+        out.append(replace(r, status=Status.VIOLATED, obligation=ob, bound=bound))
+    return out
 
 
 def _masked(dg: DomainGraph, results: list[Result]) -> list[Result]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from qflow.bounds import CodeErrors
 from qflow.domain import DTYPE_RANGE, FLOAT, Domain
 from qflow.targets.arm.tosa_flatbuffer import NUMPY_DTYPES, QDTYPES, TosaOp, TosaProgram, region_of
 
@@ -147,6 +148,11 @@ def describe(d: Domain | Dom | None) -> str:
     return "?" if d is None else str(d)
 
 
+#: How far an int16 TABLE's interpolation may be off its op, in output LSB, before the check weighs it over
+#: the codes the program reaches (the 2-LSB band within which the contract probe and the campaign count a
+#: backend's result as the fake-quantized model's; smooth ops' tables, sigmoid / tanh, are 1-3 LSB off).
+TABLE_BAND_LSB = 2.0
+
 #: Why a constant the artifact holds has no domain (no anchor gave it one).
 _UNANCHORED = "has no declared domain"
 
@@ -171,6 +177,8 @@ class Check:
     inform: bool = False
     #: The finding kind, when not the artifact check's own (`tosa_artifact.KIND`).
     kind: str | None = None
+    #: How far the op is off by input code (an int16 TABLE's interpolation), where it is.
+    off_by_code: CodeErrors | None = None
 
     @property
     def where(self) -> str:
@@ -360,6 +368,7 @@ class Interpreter:
         expected: Any = None,
         inform: bool = False,
         kind: str | None = None,
+        off_by_code: CodeErrors | None = None,
     ) -> None:
         def as_domain(d: Any) -> Domain | None:
             return d.domain() if isinstance(d, Dom) else d
@@ -367,7 +376,7 @@ class Interpreter:
         self.checks.append(
             Check(ok, op.op, op.index, op.outputs[0] if op.outputs else "", self.node_of(op), msg,
                   as_domain(produced), as_domain(expected), needs_reference=ok is None and _UNANCHORED in msg,
-                  inform=inform, kind=kind)
+                  inform=inform, kind=kind, off_by_code=off_by_code)
         )  # fmt: skip
 
     def data(self, name: str) -> np.ndarray | None:
@@ -1132,9 +1141,11 @@ class Interpreter:
             f"{len(bad)} of {len(want)} differ (entry {bad[0]})" if bad else f"all {len(want)} equal"
         )
         off = None if bad else _interpolation_error(fn, entries, rshift, dom_in, dom_out)
+        worst = off.worst() if off is not None else (0.0, 0)
         if off is not None:
-            msg += f"; interpolated, they are up to {off[0]:.3g} output LSB off {node} (at input code {off[1]})"
-        self.check(op, not bad, msg, None, dom_out, inform=off is not None and off[0] > 2.0)  # (the 2-LSB band)
+            msg += f"; interpolated, they are up to {worst[0]:.3g} output LSB off {node} (at input code {worst[1]})"
+        steep = worst[0] > TABLE_BAND_LSB
+        self.check(op, not bad, msg, None, dom_out, inform=steep, off_by_code=off if steep else None)
         zp = float(dom_out.zero_point) * 128 / 2.0**rshift  # type: ignore[arg-type]
         scale = float(dom_out.scale) * 2.0**rshift / 128  # type: ignore[arg-type]
         self.dom[out] = Dom(self.out_dtype(op), scale, int(zp) if zp.is_integer() else None, 1e-6, narrow="int16")
@@ -1326,11 +1337,11 @@ def _table16(fn: Any, dom_in: Domain, dom_out: Domain) -> tuple[list[int], int]:
 
 def _interpolation_error(
     fn: Any, entries: np.ndarray, rshift: int, dom_in: Domain, dom_out: Domain
-) -> tuple[float, int] | None:
+) -> CodeErrors | None:
     """How far TOSA's interpolation of a 513-entry int16 TABLE is from the op it tabulates, in output LSB,
-    worst over the input codes where the op is finite (and where): the backend's generator keeps 1 entry
-    per 128 codes, so a steep op (rsqrt, reciprocal and exp near their knees) is off between them while
-    every entry is right. Stated in the check's words; what the data reaches is not known here."""
+    over each entry's 128 input codes (0 where the op is not finite): the backend's generator keeps 1
+    entry per 128 codes, so a steep op (rsqrt, reciprocal and exp near their knees) is off between them
+    while every entry is right. What the data reaches is not known here (`prove` reads it)."""
     import torch
 
     if dom_in.dtype != "int16" or len(entries) != 513:
@@ -1344,8 +1355,12 @@ def _interpolation_error(
     y = fn(x).double().numpy()
     ideal = np.clip(np.round(y / float(dom_out.scale)) + int(dom_out.zero_point), dom_out.qmin, dom_out.qmax)  # type: ignore[arg-type]
     err = np.where(np.isfinite(y), np.abs(got - ideal), 0.0)
-    worst = int(err.argmax())
-    return float(err[worst]), int(codes[worst])
+    runs = []
+    for k in np.unique(idx):
+        at = np.flatnonzero(idx == k)
+        w = at[int(err[at].argmax())]
+        runs.append((int(codes[at[0]]), int(codes[at[-1]]), float(err[w]), int(codes[w])))
+    return CodeErrors(dom_in, tuple(runs), within=TABLE_BAND_LSB)
 
 
 def validate(prog: TosaProgram, anchors: Anchors) -> list[Check]:
