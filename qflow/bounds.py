@@ -30,6 +30,7 @@ int16 enumerated.
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass
 
 from qflow.domain import DTYPE_RANGE, Domain
@@ -59,20 +60,27 @@ class Bound:
 
 @dataclass(frozen=True)
 class CodeErrors:
-    """How far a backend's op is off the op it stands for, in output LSB, by input code: `runs` of
-    input codes in `domain` as (first, last, worst in them, a code where it is worst). An int16 TOSA
-    TABLE interpolates between entries 128 codes apart: one run per entry (`prove` reads the worst over
-    the codes the program reaches)."""
+    """How far a backend's op is off the op it stands for, in output LSB, for each input code of
+    `domain` from its qmin up (`errors`: float32s, packed; an int16 TABLE's 65535). `prove` reads the
+    worst over the codes the program reaches."""
 
+    #: The program's op the errors are of, and the domain of its input codes (`errors` index them).
+    node: str
     domain: Domain
-    runs: tuple[tuple[int, int, float, int], ...]
+    errors: bytes
     #: How far off the op may be and still count as computing right (the target's measured band).
     within: float = TOLERANCE_LSB
 
     def worst(self, codes: tuple[int, int] | None = None) -> tuple[float, int]:
         """(the largest error over `codes` — every code when None —, a code where it is)."""
-        lo, hi = codes if codes is not None else (-math.inf, math.inf)
-        return max(((e, at) for first, last, e, at in self.runs if first <= hi and last >= lo), default=(0.0, 0))
+        errors = array("f", self.errors)
+        lo, hi = codes if codes is not None else (self.domain.qmin, self.domain.qmax)
+        lo, hi = max(lo, self.domain.qmin) - self.domain.qmin, min(hi, self.domain.qmax) - self.domain.qmin
+        if lo > hi:
+            return 0.0, self.domain.qmin
+        span = errors[lo : hi + 1]
+        at = max(range(len(span)), key=span.__getitem__)
+        return float(span[at]), at + lo + self.domain.qmin
 
 
 def dropped_requant(d_in: Domain, d_out: Domain, how: str, code_range: tuple[int, int] | None = None) -> Bound | None:

@@ -105,10 +105,10 @@ def add_evidence(dg: Any, prefix: str, call_name: str, checks: Iterable[Check]) 
                            severity="warning" if c.kind else None)
             )  # fmt: skip
             continue
-        op = f"{prefix}/{c.node}"  # (a TABLE's errors by input code are read at the PT2E op's input)
+        op = f"{prefix}/{c.off_by_code.node}" if c.off_by_code is not None else node  # (read at its input)
         dg.oblige(
             Obligation(ObligationKind.STRUCTURAL, node=node, expected=c.expected, holds=c.ok,
-                       value=op if c.off_by_code is not None and op in dg.g else node, off_by_code=c.off_by_code,
+                       value=op if op in dg.g else node, off_by_code=c.off_by_code,
                        finding_kind="table-interpolation" if c.inform and c.ok else KIND, arg=f"TOSA {c.op} #{c.index}",
                        targets=(TARGET_NAME,), inform=c.inform,
                        detail=text + (f" (produced {describe(c.produced)}, expected {describe(c.expected)})"

@@ -1140,7 +1140,7 @@ class Interpreter:
         msg = f"int16 TABLE entries for {node} recomputed from {dom_in} → {dom_out}: " + (
             f"{len(bad)} of {len(want)} differ (entry {bad[0]})" if bad else f"all {len(want)} equal"
         )
-        off = None if bad else _interpolation_error(fn, entries, rshift, dom_in, dom_out)
+        off = None if bad else _interpolation_error(fn, node, entries, rshift, dom_in, dom_out)
         worst = off.worst() if off is not None else (0.0, 0)
         if off is not None:
             msg += f"; interpolated, they are up to {worst[0]:.3g} output LSB off {node} (at input code {worst[1]})"
@@ -1336,10 +1336,10 @@ def _table16(fn: Any, dom_in: Domain, dom_out: Domain) -> tuple[list[int], int]:
 
 
 def _interpolation_error(
-    fn: Any, entries: np.ndarray, rshift: int, dom_in: Domain, dom_out: Domain
+    fn: Any, node: str, entries: np.ndarray, rshift: int, dom_in: Domain, dom_out: Domain
 ) -> CodeErrors | None:
     """How far TOSA's interpolation of a 513-entry int16 TABLE is from the op it tabulates, in output LSB,
-    over each entry's 128 input codes (0 where the op is not finite): the backend's generator keeps 1
+    at each input code (0 where the op is not finite): the backend's generator keeps 1
     entry per 128 codes, so a steep op (rsqrt, reciprocal and exp near their knees) is off between them
     while every entry is right. What the data reaches is not known here (`prove` reads it)."""
     import torch
@@ -1355,12 +1355,7 @@ def _interpolation_error(
     y = fn(x).double().numpy()
     ideal = np.clip(np.round(y / float(dom_out.scale)) + int(dom_out.zero_point), dom_out.qmin, dom_out.qmax)  # type: ignore[arg-type]
     err = np.where(np.isfinite(y), np.abs(got - ideal), 0.0)
-    runs = []
-    for k in np.unique(idx):
-        at = np.flatnonzero(idx == k)
-        w = at[int(err[at].argmax())]
-        runs.append((int(codes[at[0]]), int(codes[at[-1]]), float(err[w]), int(codes[w])))
-    return CodeErrors(dom_in, tuple(runs), within=TABLE_BAND_LSB)
+    return CodeErrors(node, dom_in, err.astype(np.float32).tobytes(), within=TABLE_BAND_LSB)
 
 
 def validate(prog: TosaProgram, anchors: Anchors) -> list[Check]:
