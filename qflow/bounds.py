@@ -68,7 +68,7 @@ class CodeErrors:
     node: str
     domain: Domain
     errors: bytes
-    #: How far off the op may be and still count as computing right (the target's measured band).
+    #: Under how far off the op still counts as computing right (the target's measured band).
     within: float = TOLERANCE_LSB
 
     def worst(self, codes: tuple[int, int] | None = None) -> tuple[float, int]:

@@ -151,8 +151,9 @@ class Softmax(torch.nn.Module):
 def test_a_softmax_never_reaches_where_its_int16_tables_are_off() -> None:
     """The a16w8 softmax's exp TABLE is 251 LSB off on positive inputs and its reciprocal's 65022 on
     negative ones, but x - amax(x) is never positive and a row's sum of exps holds exp(0): over the codes
-    the program reaches both are within 2 LSB, info findings, no error — as the TOSA reference model
-    measures (within 2 output LSB of the fake-quantized model, inputs three times wider than calibration)."""
+    the program reaches both are under 2.5 LSB (codes at most 2 off), info findings, no error — as the
+    TOSA reference model measures (within 2 output LSB of the fake-quantized model, inputs three times
+    wider than calibration)."""
     torch.manual_seed(0)
     model, inputs = Softmax().eval(), (torch.randn(1, 4, 16),)
     converted = arm.quantize(model, inputs, spec=INT16, config=get_symmetric_a16w8_quantization_config())
@@ -160,7 +161,7 @@ def test_a_softmax_never_reaches_where_its_int16_tables_are_off() -> None:
     lowered = arm.lower(exported, inputs, spec=INT16)
     report = qflow.analyze(lowered, target="arm-tosa", reference=exported)
     tables = [f for f in report.findings if f.kind == "table-interpolation"]
-    assert len(tables) == 2 and all(f.severity == "info" and "within 2 LSB" in f.message for f in tables), str(report)
+    assert len(tables) == 2 and all(f.severity == "info" and "under 2.5 LSB" in f.message for f in tables), str(report)
     assert not report.errors and report.status == "unproven"  # (int16 exp / reciprocal: unvalidated lowerings)
     scale = _output_scale(converted)
     for seed in range(4):

@@ -292,14 +292,15 @@ KINDS: dict[str, Kind] = {
         ),
         Kind(
             "table-interpolation",
-            "info",
+            "error",
             "an int16 TOSA TABLE whose interpolation is more than 2 output LSB off the op it tabulates",
             "An int16 TABLE keeps 513 entries, one per 128 input codes, and TOSA interpolates linearly between "
             "them: every entry can be right (the check recomputes them) while a steep op is off in between "
             "(measured for the LayerNorm of the a16w8 campaign case: rsqrt up to 4798 output LSB off near "
             "zero, 10.5 at input code 1000). The check weighs it over the input codes the program reaches "
-            "there (value ranges; a softmax's x - amax(x) is never positive, its row sums hold exp(0)): within "
-            "2 LSB there, an info finding; beyond, an error with that bound, followed to the outputs like any "
+            "there (value ranges; a softmax's x - amax(x) is never positive, its row sums hold exp(0)): under "
+            "2.5 LSB there (it writes codes at most 2 off), an info finding; beyond, an error with that bound, "
+            "followed to the outputs like any "
             "other wrong code; with no program to read the codes from (an artifact alone), unproven.",
             "Keep inputs away from the op's steep region (a larger epsilon before rsqrt), or keep the op at int8.",
         ),

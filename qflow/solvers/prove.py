@@ -609,11 +609,11 @@ def _off_by_code(dg: DomainGraph, results: list[Result]) -> list[Result]:
             f"{ob.detail}; over the input codes the program reaches there ({codes[0]} to {codes[1]}), up to "
             f"{worst:.3g} output LSB off (at input code {at})"
         )
-        if worst <= off.within:
-            out.append(replace(r, obligation=replace(ob, detail=f"{text}: within {off.within:g} LSB.")))
+        if worst < off.within:
+            out.append(replace(r, obligation=replace(ob, detail=f"{text}: under {off.within:g} LSB.")))
             continue
         bound = Bound(worst, math.ceil(worst - 1e-9))
-        ob = replace(ob, detail=f"{text}.", severity="error", bound=bound)
+        ob = replace(ob, detail=f"{text}.", bound=bound)
         out.append(replace(r, status=Status.VIOLATED, obligation=ob, bound=bound))
     return out
 
