@@ -70,6 +70,9 @@ class CodeErrors:
     errors: bytes
     #: Under how far off the op still counts as computing right (the target's measured band).
     within: float = TOLERANCE_LSB
+    #: Was the op's lowering measured off on the target (then off beyond `within` where the program
+    #: reaches is an error), or measured right on other inputs (then it is unproven)?
+    measured_off: bool = True
 
     def worst(self, codes: tuple[int, int] | None = None) -> tuple[float, int]:
         """(the largest error over `codes` — every code when None —, a code where it is)."""

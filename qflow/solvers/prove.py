@@ -587,8 +587,9 @@ def _weigh(r: Result) -> Result:
 def _off_by_code(dg: DomainGraph, results: list[Result]) -> list[Result]:
     """An op the backend computes off by input code (an int16 TABLE's interpolation) is weighed over the
     codes the program reaches at its input: within its band there it holds (an info finding says how far
-    off); beyond it, a violation that far off there, weighed downstream like any other (`_masked`); where
-    qflow cannot read its input's codes (an artifact read alone), unproven."""
+    off); beyond it, for an op the target's probe measured off, a violation that far off there, weighed
+    downstream like any other (`_masked`); for one it measured right, or where qflow cannot read the
+    input's codes (an artifact read alone), unproven."""
     if not any(r.obligation.off_by_code is not None for r in results):
         return results
     rng = ranges.value_ranges(dg)
@@ -611,6 +612,10 @@ def _off_by_code(dg: DomainGraph, results: list[Result]) -> list[Result]:
         )
         if worst < off.within:
             out.append(replace(r, obligation=replace(ob, detail=f"{text}: under {off.within:g} LSB.")))
+            continue
+        if not off.measured_off:  # (the op measured right elsewhere: whether its data get there is open)
+            text = f"{text}; the target's probe measured the op right on its own inputs."
+            out.append(replace(r, status=Status.UNPROVEN, obligation=replace(ob, detail=text, severity="warning")))
             continue
         bound = Bound(worst, math.ceil(worst - 1e-9))
         ob = replace(ob, detail=f"{text}.", bound=bound)
