@@ -299,9 +299,10 @@ KINDS: dict[str, Kind] = {
             "(measured for the LayerNorm of the a16w8 campaign case: rsqrt up to 4798 output LSB off near "
             "zero, 10.5 at input code 1000). The check weighs it over the input codes the program reaches "
             "there (value ranges; a softmax's x - amax(x) is never positive, its row sums hold exp(0)): under "
-            "2.5 LSB there (it writes codes at most 2 off), an info finding; beyond, an error with that bound, "
-            "followed to the outputs like any "
-            "other wrong code; with no program to read the codes from (an artifact alone), unproven.",
+            "2.5 LSB there (it writes codes at most 2 off), an info finding; beyond, for an op the contract probe "
+            "measured off (exp, reciprocal, rsqrt, ...), an error with that bound, followed to the outputs like any "
+            "other wrong code, and for one it measured right (sigmoid, tanh, GELU, SiLU) unproven; with no program "
+            "to read the codes from (an artifact alone), unproven.",
             "Keep inputs away from the op's steep region (a larger epsilon before rsqrt), or keep the op at int8.",
         ),
         Kind(
