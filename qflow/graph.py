@@ -199,6 +199,10 @@ class DomainGraph:
         """The value called `name`, or None when the graph has no such value."""
         return self._by_name.get(name)
 
+    def producer(self, name: str, arg: str = "args[0]") -> str | None:
+        """The value `name` reads as its input `arg` (an FX argument label), or None."""
+        return next((p for p, data in self.g._pred[name].items() if arg in data["args"]), None)
+
     def values(self) -> list[Value]:
         return list(self._by_name.values())
 

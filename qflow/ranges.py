@@ -212,17 +212,13 @@ def value_ranges(dg: DomainGraph, given: Mapping[str, Interval] | None = None) -
 # -- a softmax's rows: what one interval per value cannot say -------------------------------------
 
 
-def _arg(dg: DomainGraph, name: str, label: str) -> str | None:
-    return next((p for p, data in dg.g._pred[name].items() if label in data["args"]), None)
-
-
 def _codes(dg: DomainGraph, name: str | None, rounded: bool = False) -> tuple[str, Domain] | None:
     """(the value a dequantize reads, the domain it reads it in): two such pairs that are equal are the
     same reals. `rounded`: only a quantize's codes, read in its own domain (a value rounded to it)."""
     v = dg.value(name) if name is not None else None
     if v is None or v.op_class is not OpClass.DEQUANTIZE or v.definition.kind is not DefKind.FACT:
         return None
-    src, d = _arg(dg, name, "args[0]"), v.definition.domain  # type: ignore[arg-type]
+    src, d = dg.producer(name, "args[0]"), v.definition.domain  # type: ignore[arg-type]
     if src is None or domain_range(d) is None:
         return None
     q = dg.value(src)
@@ -241,11 +237,11 @@ def _row_max_gap(
     v = dg.value(sub)
     if base_name(v.target) != "sub":
         return None
-    x, m_codes = _codes(dg, _arg(dg, sub, "args[0]")), _codes(dg, _arg(dg, sub, "args[1]"), rounded=True)
-    m = _arg(dg, m_codes[0], "args[0]") if m_codes is not None else None
+    x, m_codes = _codes(dg, dg.producer(sub, "args[0]")), _codes(dg, dg.producer(sub, "args[1]"), rounded=True)
+    m = dg.producer(m_codes[0]) if m_codes is not None else None
     if x is None or m is None or base_name(dg.value(m).target) != "amax" or dg.value(m).reduced is None:
         return None
-    if _codes(dg, _arg(dg, m, "args[0]")) != x or {x[0], m_codes[0], m} & set(given):  # type: ignore[index]
+    if _codes(dg, dg.producer(m, "args[0]")) != x or {x[0], m_codes[0], m} & set(given):  # type: ignore[index]
         return None  # (not the same codes, or wrong ones the backend writes: no relation left)
     d = m_codes[1]  # type: ignore[index]
     span, reach = domain_range(d), out.get(m)
@@ -266,12 +262,12 @@ def _rows(dg: DomainGraph, name: str, out: Mapping[str, Interval], given: Mappin
         return -math.inf, gap[0]
     if base_name(v.target) != "sum" or v.reduced is None:
         return None
-    terms = _codes(dg, _arg(dg, name, "args[0]"), rounded=True)
-    e = _arg(dg, terms[0], "args[0]") if terms is not None else None
+    terms = _codes(dg, dg.producer(name, "args[0]"), rounded=True)
+    e = dg.producer(terms[0], "args[0]") if terms is not None else None
     if e is None or base_name(dg.value(e).target) != "exp" or {terms[0], e} & set(given):  # type: ignore[index]
         return None
-    sub = _codes(dg, _arg(dg, e, "args[0]"), rounded=True)
-    s = _arg(dg, sub[0], "args[0]") if sub is not None else None
+    sub = _codes(dg, dg.producer(e, "args[0]"), rounded=True)
+    s = dg.producer(sub[0], "args[0]") if sub is not None else None
     gap = _row_max_gap(dg, s, out, given) if s is not None and sub[0] not in given else None  # type: ignore[index]
     if gap is None or gap[2] != v.reduced or dg.value(gap[1]).numel != v.numel:
         return None

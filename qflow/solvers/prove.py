@@ -599,7 +599,7 @@ def _off_by_code(dg: DomainGraph, results: list[Result]) -> list[Result]:
         if off is None or r.status is not Status.PROVED:
             out.append(r)
             continue
-        src = next((p for p, e in dg.g._pred[ob.value].items() if "args[0]" in e["args"]), None)
+        src = dg.producer(ob.value)
         codes = landing.reach(off.domain, rng.get(src)) if src is not None and ob.value != ob.node else None
         if codes is None:
             text = f"{ob.detail}; which of its input codes the program reaches is not known here."
