@@ -301,6 +301,20 @@ def test_a_softmax_over_one_element_masks_a_dropped_requant(campaign: Any) -> No
     assert rec["verdict"] == "proved", rec["qflow"]["pre"]["findings"]
 
 
+def test_a_weight_reshape_is_computed_ahead_of_time_before_calibration(campaign: Any) -> None:
+    """00066-tx-arm-custom (measured exact): a custom domain on the reshape of a LayerNorm weight. The reshape is
+    computed from constants, which the lowering does ahead of time, in float: no codes are copied across it.
+    The Q/DQ form knew it; the annotated graph called it a `passthrough-domain-change` error (10 of the
+    transformer campaign's 19 annotated false alarms, 2026-11-28)."""
+    import summary
+
+    rec = campaign("00066-tx-arm-custom")
+    assert summary.truth(rec) == "exact", rec.get("err")
+    annotated = rec["qflow"]["annotated"]
+    assert annotated["verdict"] != "error", annotated["findings"]
+    assert not [f for f in annotated["findings"] if f["kind"] == "passthrough-domain-change"], annotated["findings"]
+
+
 def test_a_stock_program_with_two_partitions_proves_lowered(campaign: Any) -> None:
     """00476-tx-arm-pc (stock a8w8; a former lowered-form false alarm, measured exact): the second partition's
     softmax TABLEs are named after its nodes as Arm's passes number them again (its first ``exp`` is their

@@ -21,7 +21,7 @@ from qflow.domain import Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Symbolic, Value
 from qflow.integrations import duplicate_users
 from qflow.ir.activations import BOUNDED
-from qflow.ir.fx_nodes import dtype_name, removed_by_to_edge, target_name
+from qflow.ir.fx_nodes import Consts, constant_nodes, dtype_name, removed_by_to_edge, target_name
 from qflow.ops import OpClass, base_name, classify
 from qflow.solvers.prove import _UnionFind
 from qflow.targets import OpRule, Target
@@ -67,6 +67,9 @@ class AnnotatedAdapter:
         self.uf = _UnionFind()
         self.spec: dict[tuple[str, ...], Any] = {}
         self._members = [get_target(m) for m in self.target.members] or [self.target]
+        #: Nodes computed from constants only (a LayerNorm weight's reshape): the lowering computes them
+        #: ahead of time, in float, as the Q/DQ reader knows (`FxAdapter._from_constants`).
+        self._from_constants = constant_nodes(gm.graph, Consts(gm, None))
 
     @staticmethod
     def out_key(n: fx.Node) -> tuple[str, ...]:
@@ -218,6 +221,8 @@ class AnnotatedAdapter:
         kind = {OpRule.CODE_COPY: "passthrough-domain-change", OpRule.ZP_ONLY: "dropped-scale"}.get(rule)  # type: ignore[arg-type]
         if cls is OpClass.PASSTHROUGH and rule is None:
             kind = "passthrough-domain-change"
+        if kind == "passthrough-domain-change" and n in self._from_constants:
+            kind = None  # (no codes to copy: an exact requant of a constant, computed at compile time)
         if kind is not None and out is not None:
             for p in a.input_qspec_map:
                 edge_value = f"{p.name}->{n.name}"
