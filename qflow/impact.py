@@ -29,7 +29,7 @@ from qflow.bounds import TOLERANCE_LSB
 from qflow.domain import Domain
 from qflow.graph import RETURNED, DefKind, DomainGraph, Value
 from qflow.ops import MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name
-from qflow.ranges import Interval, domain_range, value_ranges
+from qflow.ranges import Interval, domain_range, same_source, value_ranges
 
 #: ∞-norm Lipschitz constants of real elementwise functions (max |f'|): GELU's derivative peaks at
 #: 1.129, SiLU's at 1.0998, hardswish's at 1.5; softmax's Jacobian diag(p) - ppᵀ has row sums
@@ -44,8 +44,6 @@ LIPSCHITZ: dict[str, float] = {
 }  # fmt: skip
 #: Ops whose output error is at most the sum of their inputs' errors.
 SUMS = frozenset({"add", "add_", "sub", "sub_", "rsub"})
-#: Reductions that are the identity when every reduced dimension has one element (numel kept).
-_REDUCTIONS = frozenset({"amax", "amin", "mean", "sum"})
 #: Ops whose gain their adapter measures from constant operands or operand ranges.
 GAINED = frozenset({"linear", "conv1d", "conv2d", "conv3d", "convolution", "mul", "mul_", "bmm", "matmul", "mm"})
 #: Products of two operands, elementwise or summed over a contraction (`Value.terms`).
@@ -240,40 +238,14 @@ def output_error(
 
 
 def _same_codes(dg: DomainGraph, v: Value, a: str, b: str, landed: Mapping[str, float]) -> bool:
-    """Are `a` and `b`, the operands of the elementwise `v`, one tensor's codes on both sides — the same
-    quantize's, reached through dequantizes, requantizes to that same domain and reductions over
-    dimensions of one element (a softmax's ``x - amax(x)`` over a row of one), with no error landing
-    between (a wrong read on one side only breaks it)? Element by element: no broadcast widens either."""
+    """Are `a` and `b`, the operands of the elementwise `v`, one tensor's codes on both sides (`same_source`),
+    with no error landing between (a wrong read on one side only breaks it)? Element by element: no
+    broadcast widens either."""
     sizes = {v.numel, dg.value(a).numel, dg.value(b).numel}
     if len(sizes) != 1 or None in sizes:
         return False
-    ra, rb = _source(dg, a, landed), _source(dg, b, landed)
+    ra, rb = same_source(dg, a, landed), same_source(dg, b, landed)
     return ra is not None and ra == rb
-
-
-def _source(dg: DomainGraph, name: str, landed: Mapping[str, float]) -> str | None:
-    """The quantize whose codes `name` carries unchanged (see `_same_codes`), or None."""
-    grid: Domain | None = None
-    while True:
-        v = dg.value(name)
-        ins = [p for p, data in dg.g._pred[name].items() if "args[0]" in data["args"]]
-        if v.op_class in (OpClass.QUANTIZE, OpClass.DEQUANTIZE):
-            d = own_domain(v)
-            if d is None or (grid is not None and d != grid):
-                return None
-            grid = d
-        elif base_name(v.target) not in _REDUCTIONS or len(ins) != 1 or dg.value(ins[0]).numel != v.numel:
-            return None
-        src = ins[0] if len(ins) == 1 else None
-        if v.op_class is OpClass.QUANTIZE and (src is None or not _carries(dg.value(src))):
-            return name  # (its input is computed here: the root both operands must share)
-        if src is None or name in landed:
-            return None
-        name = src
-
-
-def _carries(v: Value) -> bool:
-    return v.op_class is OpClass.DEQUANTIZE or base_name(v.target) in _REDUCTIONS
 
 
 def own_domain(v: Value) -> Domain | None:

@@ -14,7 +14,7 @@ computes from wrong codes (`given`), as the ops after them compute right. Torch-
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from qflow.domain import Domain
 from qflow.graph import DefKind, DomainGraph, Value
@@ -148,9 +148,12 @@ def _compute(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) ->
         a, b = by_label["args[0]"], by_label["args[1]"]
         if name == "add":
             return a[0] + b[0], a[1] + b[1]
-        if name == "mul" and len({p for p, _, _ in ins}) == 1:  # x * x
-            top = max(a[0] ** 2, a[1] ** 2)
-            return (0.0 if a[0] <= 0 <= a[1] else min(a[0] ** 2, a[1] ** 2)), top
+        if len({p for p, _, _ in ins}) == 1:  # x * x, x - x (one value on both sides: the same reals)
+            if name == "sub":
+                return 0.0, 0.0
+            if name == "mul":
+                top = max(a[0] ** 2, a[1] ** 2)
+                return (0.0 if a[0] <= 0 <= a[1] else min(a[0] ** 2, a[1] ** 2)), top
         return (a[0] - b[1], a[1] - b[0]) if name == "sub" else _mul(a, b)
     return UNBOUNDED
 
@@ -209,7 +212,73 @@ def value_ranges(dg: DomainGraph, given: Mapping[str, Interval] | None = None) -
     return out
 
 
-# -- a softmax's rows: what one interval per value cannot say -------------------------------------
+# -- one value read twice: what one interval per value cannot say ---------------------------------
+
+#: Reductions that are the identity when every reduced dimension has one element (numel kept).
+_REDUCTIONS = frozenset({"amax", "amin", "mean", "sum"})
+#: Pass-through ops that keep every element where it is in memory order (a reshape, not a permute).
+_IN_ORDER = frozenset({"view", "view_copy", "reshape", "_unsafe_view", "squeeze", "squeeze_copy", "unsqueeze",
+                       "unsqueeze_copy", "flatten", "clone", "contiguous"})  # fmt: skip
+
+
+def _carried(dg: DomainGraph, v: Value) -> str | None:
+    """The input whose reals `v` holds unchanged, element by element in memory order: a reshape, a
+    reduction over dimensions of one element, or a product with a constant that is exactly 1.0 (a mean's
+    1/n over one element)."""
+    name = base_name(v.target)
+    preds = [(p, lab) for p, data in dg.g._pred[v.name].items() for lab in data["args"]]
+    if (name in _REDUCTIONS or name in _IN_ORDER) and len(preds) == 1 and preds[0][1] == "args[0]":
+        src = preds[0][0]
+    elif name in ("mul", "mul_") and len(preds) == 2:
+        ones = [p for p, _ in preds if dg.value(p).values == (1.0, 1.0)]
+        src = next((p for p, _ in preds if p not in ones), None) if ones else None
+    else:
+        return None
+    return src if src is not None and dg.value(src).numel == v.numel else None
+
+
+def same_source(dg: DomainGraph, name: str, avoid: Collection[str] = ()) -> tuple[str, Domain] | None:
+    """(the value whose codes `name` carries unchanged — through dequantizes, requantizes to that same
+    domain and `_carried` ops: a softmax's ``x - amax(x)`` or a LayerNorm's ``x - mean(x)`` over one
+    element —, the domain they are read in), or None. Two values with one source hold the same reals on
+    both sides of a comparison of the program with its backend, unless a wrong code lands on the way
+    (`avoid`)."""
+    grid: Domain | None = None
+    while True:
+        v = dg.value(name)
+        if v.op_class in (OpClass.QUANTIZE, OpClass.DEQUANTIZE):
+            d = v.definition.domain if v.definition.kind is DefKind.FACT else v.claim
+            if d is None or (grid is not None and d != grid):
+                return None
+            grid = d
+            src = dg.producer(name, "args[0]")
+            if src is None:
+                return None
+            computed = not (dg.value(src).op_class is OpClass.DEQUANTIZE or _carried(dg, dg.value(src)))
+            if v.op_class is OpClass.QUANTIZE and computed:
+                return name, d  # (its input is computed here: the root both operands must share)
+            if v.op_class is OpClass.DEQUANTIZE and dg.value(src).op_class is not OpClass.QUANTIZE:
+                return (src, d) if name not in avoid else None  # (codes no quantize here wrote: an input)
+        elif (src := _carried(dg, v)) is None:
+            return None
+        if name in avoid:
+            return None
+        name = src
+
+
+def _one_value(dg: DomainGraph, name: str, given: Mapping[str, Interval]) -> bool:
+    """Is `name` a difference of one value's reals with themselves, element by element?"""
+    v = dg.value(name)
+    a, b = dg.producer(name, "args[0]"), dg.producer(name, "args[1]")
+    if base_name(v.target) not in ("sub", "sub_") or a is None or b is None:
+        return False
+    if len({v.numel, dg.value(a).numel, dg.value(b).numel}) != 1 or v.numel is None:
+        return False
+    root = same_source(dg, a, given)
+    return root is not None and root == same_source(dg, b, given)
+
+
+# -- a softmax's rows ------------------------------------------------------------------------------
 
 
 def _codes(dg: DomainGraph, name: str | None, rounded: bool = False) -> tuple[str, Domain] | None:
@@ -257,6 +326,8 @@ def _rows(dg: DomainGraph, name: str, out: Mapping[str, Interval], given: Mappin
     positive exponents and on sums near 0, which a softmax never reaches (measured on the TOSA
     reference model: the a16w8 softmax computes right)."""
     v = dg.value(name)
+    if _one_value(dg, name, given):
+        return 0.0, 0.0
     gap = _row_max_gap(dg, name, out, given)
     if gap is not None:
         return -math.inf, gap[0]
