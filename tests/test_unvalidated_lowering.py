@@ -169,3 +169,26 @@ def test_a_softmax_never_reaches_where_its_int16_tables_are_off() -> None:
         x = (torch.randn(1, 4, 16) * 3,)
         measured = float((arm.run_tosa_reference(lowered, x)[0] - converted(*x)).abs().max()) / scale
         assert measured <= 2.0, (seed, measured)
+
+
+def test_a_layer_norm_over_one_element_reads_only_the_right_rsqrt_entry() -> None:
+    """A LayerNorm over one element (transformer campaign 00953, a false alarm): its variance is x - x
+    squared, exactly 0, and the eps beside it, a constant inside the delegate, rounds to code 0 — so its
+    rsqrt TABLE, 28552 LSB off between entries near zero, is read at one code, which is right. qflow needs
+    both: a difference of one value with itself, and the values of a delegate's constants (read through
+    the edge dialect's dequantize). Measured: TOSA equal to the fake-quantized model within 1 LSB."""
+    torch.manual_seed(0)
+    model = torch.nn.LayerNorm(1).eval()
+    inputs = (torch.rand(1, 4, 1) * 0.5 - 1.0,)
+    converted = arm.quantize(model, inputs, spec=INT16, config=get_symmetric_a16w8_quantization_config())
+    exported = torch.export.export(converted, inputs)
+    lowered = arm.lower(exported, inputs, spec=INT16)
+    report = qflow.analyze(lowered, target="arm-tosa", reference=exported)
+    [rsqrt] = [f for f in report.findings if f.kind == "table-interpolation" and "rsqrt" in f.message]
+    assert rsqrt.severity == "info" and "up to 0 output LSB off" in rsqrt.message, str(report)
+    assert not report.errors, str(report)
+    scale = _output_scale(converted)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        x = (torch.rand(1, 4, 1) * 4 - 2,)
+        assert float((arm.run_tosa_reference(lowered, x)[0] - converted(*x)).abs().max()) / scale <= 1.0

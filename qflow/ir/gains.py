@@ -157,7 +157,9 @@ def _constant(x: Any, consts: Consts) -> torch.Tensor | None:
     t = consts.tensor(x)
     if t is not None:
         return t.detach().float() if t.is_floating_point() else None
-    if classify(target_name(x)) is not OpClass.DEQUANTIZE or not isinstance(x.target, torch._ops.OpOverload):
+    op = x.target if isinstance(x.target, torch._ops.OpOverload) else getattr(x.target, "_op", None)
+    # (the edge dialect's EdgeOpOverload wraps the aten op in `_op`)
+    if classify(target_name(x)) is not OpClass.DEQUANTIZE or not isinstance(op, torch._ops.OpOverload):
         return None
     resolved: list[Any] = []
     for a in x.args:
@@ -167,4 +169,4 @@ def _constant(x: Any, consts: Consts) -> torch.Tensor | None:
                 return None
         resolved.append(a)
     with torch.no_grad():
-        return x.target(*resolved, **x.kwargs).float()
+        return op(*resolved, **x.kwargs).float()
