@@ -102,6 +102,12 @@ class Value:
     #: A reduction's dimensions (`gains.reduced`): a row's maximum and a sum over the same rows (`ranges`).
     reduced: tuple[int, ...] | None = None
 
+    @property
+    def own_domain(self) -> Domain | None:
+        """The domain its codes are in: its own fact, else what the IR claims it produces."""
+        d = self.definition
+        return d.domain if d.kind is DefKind.FACT else self.claim
+
 
 class ObligationKind(enum.Enum):
     USE = "use"  # the consumer input declares a domain; the producer must produce it

@@ -205,7 +205,7 @@ def output_error(
                 err[name] = pre[name] = math.inf
             else:  # (a chain's end also carries what the codes it copies carry from upstream)
                 err[name] = pre[name] = landed[name] + err.get((inherits or {}).get(name, ""), 0.0)
-            grid[name] = _grid(own_domain(dg.value(name)))
+            grid[name] = _grid(dg.value(name).own_domain)
         elif not incoming or all(e == 0 for _, _, e in incoming):
             continue
         else:
@@ -213,13 +213,13 @@ def output_error(
             e = _op_error(dg, v, incoming, ranges, landed)
             reached = [p for p in g._pred[name] if p in err]
             first = reached[0]
-            own = _grid(own_domain(v)) if v.op_class not in (OpClass.DEQUANTIZE, OpClass.PASSTHROUGH) else None
+            own = _grid(v.own_domain) if v.op_class not in (OpClass.DEQUANTIZE, OpClass.PASSTHROUGH) else None
             if v.op_class is OpClass.QUANTIZE and own is None:  # (a per-channel or run-time grid)
                 pre[name], grid[name], err[name] = math.inf, None, math.inf
             elif own is not None and v.definition.kind is DefKind.FACT and v.op_class is not OpClass.ACTIVATION:
                 # rounds once more: one step, clamped to its range, where both sides can be
                 at = first if v.op_class is OpClass.QUANTIZE else name
-                qlo, qhi = domain_range(own_domain(v)) or (-math.inf, math.inf)
+                qlo, qhi = domain_range(v.own_domain) or (-math.inf, math.inf)
                 if ranges.pinned(at, e, qlo, qhi, own[0] / 2):  # both saturate at one end: the same code
                     e = 0.0
                 lo, hi = ranges.hull(at, e)
@@ -246,8 +246,3 @@ def _same_codes(dg: DomainGraph, v: Value, a: str, b: str, landed: Mapping[str, 
         return False
     ra, rb = same_source(dg, a, landed), same_source(dg, b, landed)
     return ra is not None and ra == rb
-
-
-def own_domain(v: Value) -> Domain | None:
-    d = v.definition
-    return d.domain if d.kind is DefKind.FACT else v.claim

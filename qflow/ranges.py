@@ -247,7 +247,7 @@ def same_source(dg: DomainGraph, name: str, avoid: Collection[str] = ()) -> tupl
     while True:
         v = dg.value(name)
         if v.op_class in (OpClass.QUANTIZE, OpClass.DEQUANTIZE):
-            d = v.definition.domain if v.definition.kind is DefKind.FACT else v.claim
+            d = v.own_domain
             if d is None or (grid is not None and d != grid):
                 return None
             grid = d

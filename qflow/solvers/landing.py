@@ -237,7 +237,7 @@ def _codes_of(dg: DomainGraph, name: str) -> tuple[str, Domain] | None:
     """(the value holding `name`'s codes, their fixed per-tensor domain): `name` itself when it has one
     (a folded op's output qparams), else its one quantize (in a Q/DQ program)."""
     for n in [name, *(s for s in dg.g._succ.get(name, ()) if dg.value(s).op_class is OpClass.QUANTIZE)]:
-        d = impact.own_domain(dg.value(n))
+        d = dg.value(n).own_domain
         if ranges.domain_range(d) is not None:
             return n, d  # type: ignore[return-value]
     return None
