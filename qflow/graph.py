@@ -101,6 +101,9 @@ class Value:
     values: tuple[float, float] | None = None
     #: A reduction's dimensions (`gains.reduced`): a row's maximum and a sum over the same rows (`ranges`).
     reduced: tuple[int, ...] | None = None
+    #: The op an integer kernel computes in its place, checked entry by entry (a Cortex-M LUT's
+    #: sigmoid): `ranges` bounds its output as that op's.
+    stands_for: str | None = None
 
     @property
     def own_domain(self) -> Domain | None:

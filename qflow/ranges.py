@@ -22,6 +22,20 @@ from qflow.ops import MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name
 
 Interval = tuple[float, float]
 UNBOUNDED: Interval = (-math.inf, math.inf)
+#: How near a tie (in grid steps) an interval's end may round either way: the ends are computed in
+#: float64, the program in float32 (its error is far below a hundredth of a step).
+TIE_SLACK = 0.01
+
+
+def rounded_span(lo: float, hi: float) -> tuple[float, float]:
+    """The grid points (in steps) that values in ``[lo, hi]`` (in steps) round to, to nearest — a
+    value within `TIE_SLACK` of a tie either way. (Rounding outward to the next point would add a code
+    no value reaches: a sigmoid of values >= 0 lands on codes >= 0.5 / scale, not one below.)"""
+    return (
+        math.ceil(lo - 0.5 - TIE_SLACK) if math.isfinite(lo) else lo,
+        math.floor(hi + 0.5 + TIE_SLACK) if math.isfinite(hi) else hi,
+    )
+
 
 _MONOTONE = {
     "sigmoid": lambda x: 1 / (1 + math.exp(-x)) if x > -700 else 0.0,
@@ -114,7 +128,7 @@ def _affine(v: Value, x: Interval) -> Interval:
 
 
 def _compute(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -> Interval:
-    name = base_name(v.target)
+    name = v.stands_for or base_name(v.target)
     data = [i for _, lab, i in ins if lab in ("args[0]", "args[1]")]
     if name in _BOUNDED:
         return _BOUNDED[name]
@@ -163,11 +177,9 @@ def _transfer(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -
     own = domain_range(v.definition.domain) if v.definition.kind is DefKind.FACT else None
     if cls is OpClass.QUANTIZE and own is not None and ins:
         s = v.definition.domain.scale  # type: ignore[union-attr]
-        lo, hi = _hull([i for _, _, i in ins])
-        # (rounding to the grid, which holds every multiple of the scale: an integer zero point)
-        lo = s * math.floor(lo / s) if math.isfinite(lo) else lo  # type: ignore[operator]
-        hi = s * math.ceil(hi / s) if math.isfinite(hi) else hi  # type: ignore[operator]
-        return _meet((lo, hi), own)
+        lo, hi = rounded_span(*(x / s for x in _hull([i for _, _, i in ins])))  # type: ignore[operator]
+        # (the grid holds every multiple of the scale: an integer zero point)
+        return _meet((s * lo, s * hi), own)  # type: ignore[operator]
     if cls is OpClass.DEQUANTIZE and v.values is not None:
         out = v.values  # (a constant's own values)
     elif cls is OpClass.DEQUANTIZE and ins and ins[0][1] == "args[0]":

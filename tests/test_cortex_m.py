@@ -555,6 +555,42 @@ def test_whether_the_passes_leave_an_activation_on_codes_is_measured_by_running_
     assert "real-constant-on-codes at relu" in capsys.readouterr().out
 
 
+class SigmoidCatRelu(nn.Module):
+    """A relu after a cat of a sigmoid (campaign case 00384-cm): not fused, so it runs on the sigmoid's codes
+    (zero point -128) with its bound 0 as written — which changes no code when the sigmoid's input is never
+    negative (its outputs then lie at or above 0.5, codes >= 0)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = torch.sigmoid(x)
+        return torch.relu(torch.cat([s, s], 1))
+
+
+@pytest.mark.parametrize("span", [(0.5, 6.0), (-3.0, 3.0)])
+@torch.no_grad()
+def test_an_activation_on_codes_is_weighed_over_the_codes_its_input_reaches(span: tuple[float, float]) -> None:
+    """Stock CortexMQuantizer, ExecuTorch 1.5.1, reference kernels: with inputs >= 0 (an input domain whose
+    zero point is its qmin) the relu changes no code the program reaches and qflow proves it, before the
+    passes and after them (the sigmoid's LUT bounded as the sigmoid); with negative inputs it is an error
+    in both, its bound holding the measured error (115 output LSB)."""
+    lo, hi = span
+    torch.manual_seed(0)
+    samples = [(lo + (hi - lo) * torch.rand(1, 4, 2, 8),) for _ in range(3)]
+    converted = cortex_m.quantize(SigmoidCatRelu().eval(), samples)
+    given, program = cortex_m.lower(converted, samples[0])
+    step = [n for n in given.graph.nodes if "dequantize" in target_name(n)][-1].args[1]
+    tests = [*samples, (torch.linspace(lo - 1, hi + 1, 64).reshape(1, 4, 2, 8),)]  # (and clipping ones)
+    worst = max(float((cortex_m.run(program, x)[0] - converted(*x)).abs().max()) / step for x in tests)
+    for form, reference in ((torch.export.export(converted, samples[0]), None), (program, given)):
+        report = qflow.analyze(form, target="cortex-m", reference=reference)
+        [finding] = [f for f in report.findings if f.kind == "real-constant-on-codes"]
+        if lo >= 0:
+            assert worst == 0 and report.proved, str(report)
+            assert "the program reaches there (0 to 127)" in finding.message, finding.message
+        else:
+            assert worst > 100 and finding.severity == "error", str(report)
+            assert finding.output_lsb is not None and worst <= finding.output_lsb + 0.5, (worst, finding.output_lsb)
+
+
 class SubRelu(nn.Module):
     """sub → relu, annotated together by CortexMQuantizer; `shared`: the relu's output domain is the
     stack's, whose zero point is above qmin, so ActivationFusionPass declines to fuse it."""

@@ -139,8 +139,8 @@ def reach(d: Domain | None, r: Interval | None) -> tuple[int, int] | None:
         return None
     if not isinstance(d.zero_point, int) or math.isinf(r[0]) or math.isinf(r[1]):
         return None
-    lo = max(d.qmin, math.floor(r[0] / d.scale + d.zero_point))
-    hi = min(d.qmax, math.ceil(r[1] / d.scale + d.zero_point))
+    lo, hi = ranges.rounded_span(r[0] / d.scale + d.zero_point, r[1] / d.scale + d.zero_point)
+    lo, hi = max(d.qmin, int(lo)), min(d.qmax, int(hi))
     return (lo, hi) if lo <= hi else None
 
 

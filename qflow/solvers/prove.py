@@ -589,18 +589,22 @@ def _off_by_code(dg: DomainGraph, results: list[Result]) -> list[Result]:
     codes the program reaches at its input: within its band there it holds (an info finding says how far
     off); beyond it, for an op the target's probe measured off, a violation that far off there, weighed
     downstream like any other (`_masked`); for one it measured right, or where qflow cannot read the
-    input's codes (an artifact read alone), unproven."""
+    input's codes (an artifact read alone), unproven — or, for a rule that found the op off on some code
+    (an activation a Cortex-M kernel runs on codes), violated as it found."""
     if not any(r.obligation.off_by_code is not None for r in results):
         return results
     rng = ranges.value_ranges(dg)
     out = []
     for r in results:
         ob, off = r.obligation, r.obligation.off_by_code
-        if off is None or r.status is not Status.PROVED:
+        if off is None or r.status not in (Status.PROVED, Status.VIOLATED):
             out.append(r)
             continue
-        src = dg.producer(ob.value)
-        codes = landing.reach(off.domain, rng.get(src)) if src is not None and ob.value != ob.node else None
+        src = dg.producer(ob.value) if ob.value.rpartition("/")[2] == off.node else None  # (the op it indexes)
+        codes = landing.reach(off.domain, rng.get(src)) if src is not None else None
+        if codes is None and r.status is Status.VIOLATED:
+            out.append(replace(r, obligation=replace(ob, detail=f"{ob.detail}.")))
+            continue
         if codes is None:
             text = f"{ob.detail}; which of its input codes the program reaches is not known here."
             out.append(replace(r, status=Status.UNPROVEN, obligation=replace(ob, detail=text, severity="warning")))
@@ -611,7 +615,9 @@ def _off_by_code(dg: DomainGraph, results: list[Result]) -> list[Result]:
             f"{worst:.3g} output LSB off (at input code {at})"
         )
         if worst < off.within:
-            out.append(replace(r, obligation=replace(ob, detail=f"{text}: under {off.within:g} LSB.")))
+            out.append(
+                replace(r, status=Status.PROVED, obligation=replace(ob, detail=f"{text}: under {off.within:g} LSB."))
+            )
             continue
         if not off.measured_off:  # (the op measured right elsewhere: whether its data get there is open)
             text = f"{text}; the target's probe measured the op right on its own inputs."

@@ -56,7 +56,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from qflow.bounds import Bound
+from qflow.bounds import Bound, CodeErrors
 from qflow.domain import FLOAT, Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
 from qflow.impact import LIPSCHITZ
@@ -551,12 +551,16 @@ def _activation_left_on_codes(dg: DomainGraph, node: fx.Node, op: str, passes: A
         return
     d_in, d_out = found
     first, last = _reachable_codes(node, d_in)
-    codes = torch.arange(first, last + 1, dtype=torch.float64)
+    every = torch.arange(d_in.qmin, d_in.qmax + 1, dtype=torch.float64)
     lo, hi = bounds
-    got = codes.clamp(lo, hi).trunc()  # (the portable kernel's clamp of int8 codes by the bounds)
-    real = ((codes - int(d_in.zero_point)) * float(d_in.scale)).clamp(lo, hi)  # type: ignore[arg-type]
+    got = every.clamp(lo, hi).trunc()  # (the portable kernel's clamp of int8 codes by the bounds)
+    real = ((every - int(d_in.zero_point)) * float(d_in.scale)).clamp(lo, hi)  # type: ignore[arg-type]
     scaled = real / float(d_out.scale) + int(d_out.zero_point)  # type: ignore[arg-type]
     want = (torch.sign(scaled) * torch.floor(scaled.abs() + 0.5)).clamp(d_out.qmin, d_out.qmax)
+    # (off by input code, 0 where a clamp upstream keeps the input: `prove` weighs the codes the program reaches)
+    per_code = (got - want).abs() * ((every >= first) & (every <= last))
+    reached = slice(first - d_in.qmin, last - d_in.qmin + 1)
+    codes, got, want = every[reached], got[reached], want[reached]
     bad = (got - want).abs() > 0
     shown = f"[{'' if lo is None else f'{lo:g}'}, {'' if hi is None else f'{hi:g}'}]"
     detail = f"{node.name} ({op}) runs on codes of {d_in} with its bounds {shown} as written (not fused, not rewritten)"
@@ -573,10 +577,11 @@ def _activation_left_on_codes(dg: DomainGraph, node: fx.Node, op: str, passes: A
                    f"(code {int(codes[i])} gives {int(got[i])}, the domains need {int(want[i])})")  # fmt: skip
     # (its codes, read in `d_out`, and how far each is off: `landing` follows them to the outputs)
     read = (max(d_out.qmin, int(got.min())), min(d_out.qmax, int(got.max()))) if len(codes) else None
+    errors = CodeErrors(node.name, d_in, per_code.to(torch.float32).numpy().tobytes()) if off else None
     dg.oblige(
         Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind="real-constant-on-codes",
-                   holds=not bad.any(), arg=op, detail=detail + ".", expected=d_out, codes=read,
-                   bound=Bound(float(off), off) if off else None)
+                   holds=not bad.any(), arg=op, detail=detail if off else detail + ".", expected=d_out, codes=read,
+                   bound=Bound(float(off), off) if off else None, off_by_code=errors)
     )  # fmt: skip
 
 
@@ -902,6 +907,8 @@ def _activation(k: _Kernel) -> None:
     bad = ~scaled.isnan() & (got != want) & ~(tie & ((got - want).abs() <= 1))
     name = base_name(str(original))
     if not bad.any():
+        if k.name in k.dg.g:  # (its output: the function's over its input's reals, rounded)
+            k.dg.add_value(replace(k.dg.value(k.name), stands_for=name))
         return k.check("LUT", True, f"tabulates {name} from {d} into {k.out}")
     q = int(bad.nonzero()[0])
     k.check("LUT", False, f"{int(bad.sum())} of 256 entries are not {name} from {d} into {k.out} (code {q - 128}: "
