@@ -147,8 +147,8 @@ def _compute(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) ->
         if name == "abs":
             return (0.0 if x[0] <= 0 <= x[1] else min(abs(x[0]), abs(x[1]))), max(abs(x[0]), abs(x[1]))
         if name == "sum" and v.numel and dg.value(ins[0][0]).numel:
-            k = dg.value(ins[0][0]).numel // v.numel  # type: ignore[operator]
-            return _mul(x, (0.0, float(k)))
+            k = dg.value(ins[0][0]).numel // v.numel  # type: ignore[operator]  # (each output sums k inputs)
+            return _mul(x, (float(k), float(k)))
     if name in ("linear", "conv1d", "conv2d", "conv3d", "convolution") and v.channels is not None:
         first = [i for _, lab, i in ins if lab == "args[0]"]
         return _affine(v, first[0]) if first else UNBOUNDED
@@ -180,7 +180,7 @@ def _transfer(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -
         lo, hi = rounded_span(*(x / s for x in _hull([i for _, _, i in ins])))  # type: ignore[operator]
         # (the grid holds every multiple of the scale: an integer zero point)
         return _meet((s * lo, s * hi), own)  # type: ignore[operator]
-    if cls is OpClass.DEQUANTIZE and v.values is not None:
+    if cls in (OpClass.DEQUANTIZE, OpClass.CONSTANT) and v.values is not None:
         out = v.values  # (a constant's own values)
     elif cls is OpClass.DEQUANTIZE and ins and ins[0][1] == "args[0]":
         out = ins[0][2]

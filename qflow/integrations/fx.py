@@ -320,7 +320,9 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
                 channels=weights,
                 clamp=gains.clamp(node) if op_class is OpClass.ACTIVATION else None,
                 terms=gains.terms(node) if weighed else None,
-                values=gains.constant_values(node, self.consts) if op_class is OpClass.DEQUANTIZE else None,
+                values=gains.constant_values(node, self.consts)
+                if op_class in (OpClass.DEQUANTIZE, OpClass.CONSTANT)
+                else None,
                 reduced=gains.reduced(node) if node.op == "call_function" else None,
             )
         )

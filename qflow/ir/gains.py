@@ -119,9 +119,10 @@ def reduced(node: fx.Node) -> tuple[int, ...] | None:
 
 
 def constant_values(node: fx.Node, consts: Consts) -> tuple[float, float] | None:
-    """The real values a dequantized constant holds (their hull), or None when `node` is none:
-    a calibrated weight's domain spans more than the weight holds."""
-    if classify(target_name(node)) is not OpClass.DEQUANTIZE:
+    """The real values a float constant or a dequantized one holds (their hull), or None when `node` is
+    neither: a calibrated weight's domain spans more than the weight holds, and a float operand (an
+    added 0.5) is no interval at all."""
+    if node.op not in ("placeholder", "get_attr") and classify(target_name(node)) is not OpClass.DEQUANTIZE:
         return None
     c = _constant(node, consts)
     if c is None or not c.numel() or not bool(c.isfinite().all()):

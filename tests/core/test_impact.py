@@ -12,6 +12,7 @@ from qflow import bounds, impact, ranges
 from qflow.domain import FLOAT, Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Value
 from qflow.ops import OpClass
+from qflow.solvers import landing
 
 WIDE = Domain.quantized("int8", 0.05, 0, -128, 127)  # [-6.4, 6.35]
 NARROW = Domain.quantized("int8", 1e-5, -128, -128, 127)  # [0, 0.00255]
@@ -125,6 +126,35 @@ def test_value_ranges_hold_every_value_of_the_functions_they_follow() -> None:
     square.add_use("dq0", "f", "args[1]")
     assert ranges.value_ranges(square, given={"dq0": (-3.0, 2.0)})["f"] == (0.0, 9.0)
     assert ranges.value_ranges(square, given={"dq0": (1.0, 2.0)})["f"] == (1.0, 4.0)
+
+
+def test_value_ranges_sum_k_values_read_float_constants_and_round_to_the_nearest_code() -> None:
+    """A sum of k values in [a, b] lies in [k·a, k·b], not down to 0 (campaign case 00027-cm-custom); a float
+    constant operand is the values it holds (an added 0.5: 00579-cm-custom); a quantize rounds its input
+    interval's ends to the nearest code, not outward (a sigmoid of x >= 0 is at least 0.5, 127.7 steps of
+    0.0039146: code 0, not -1, where a relu left on the codes is wrong: 00384-cm)."""
+    sig = Domain.quantized("int8", 0.0039146, -128, -128, 127)
+    dg = DomainGraph(form="qdq")
+    q, dq = "quantized_decomposed.quantize_per_tensor.default", "quantized_decomposed.dequantize_per_tensor.default"
+    for name, target, cls, d, srcs, kw in (
+        ("x", "placeholder", OpClass.UNKNOWN, FLOAT, (), {}),
+        ("q0", q, OpClass.QUANTIZE, WIDE, ("x",), {}),
+        ("dq0", dq, OpClass.DEQUANTIZE, WIDE, ("q0",), {"numel": 8}),
+        ("s", "aten.sum.dim_IntList", OpClass.COMPUTE, FLOAT, ("dq0",), {"numel": 4}),
+        ("c", "placeholder", OpClass.CONSTANT, FLOAT, (), {"values": (0.5, 0.5)}),
+        ("a", "aten.add.Tensor", OpClass.COMPUTE, FLOAT, ("s", "c"), {}),
+        ("g", "aten.sigmoid.default", OpClass.COMPUTE, FLOAT, ("dq0",), {}),
+        ("q1", q, OpClass.QUANTIZE, sig, ("g",), {}),
+    ):
+        dg.add_value(Value(name, target, cls, Definition(DefKind.FACT, d), **kw))
+        for i, src in enumerate(srcs):
+            dg.add_use(src, name, f"args[{i}]")
+    r = ranges.value_ranges(dg, given={"dq0": (0.2, 0.3)})
+    assert r["s"] == pytest.approx((0.4, 0.6)) and r["a"] == pytest.approx((0.9, 1.1))
+    r = ranges.value_ranges(dg, given={"dq0": (0.0, 6.35)})
+    assert r["q1"][0] == pytest.approx(128 * sig.scale)  # (0.5 rounds to 128 steps)
+    assert landing.reach(sig, r["g"]) == (0, 127) and landing.reach(sig, (0.4995, 0.5)) == (0, 0)
+    assert landing.reach(sig, (0.5 * sig.scale, 0.5 * sig.scale)) == (-128, -127)  # (a tie: either way)
 
 
 def test_saturation_on_both_sides_moves_no_code() -> None:
