@@ -121,24 +121,45 @@ def dropped_requant(d_in: Domain, d_out: Domain, how: str, code_range: tuple[int
     return Bound(lsb=e, codes=0 if e < 0.5 else math.floor(e + 0.5))
 
 
-def copied_through(src: Domain, hops: list[Domain]) -> float | None:
-    """The largest real error of codes of `src` copied through a chain of dropped requants and
-    read in the last hop's domain, against the program's chain of requants (each rounding half to
-    even, and both ways within 1e-6 of a tie), over every code of `src`. A round trip through a
-    finer grid (int8 → int16 → int8) is exact; through a coarser one the backend is the more
-    precise. None when a side has no fixed per-tensor domain or the codes do not fit the last one."""
+@dataclass(frozen=True)
+class Clamp:
+    """An activation a chain of dropped requants passes: the program clamps the reals to `real` before it
+    requantizes; the backend clamps the codes it copies to `codes` (the bounds in the requant's domain, as
+    the lowering wrote them: Cortex-M's QuantizedClampActivationPass)."""
+
+    real: tuple[float, float]
+    codes: tuple[int, int]
+
+
+def copied_through(
+    src: Domain,
+    hops: list[Domain],
+    clamps: list[Clamp | None] | None = None,
+    codes: tuple[int, int] | None = None,
+) -> float | None:
+    """The largest real error of codes of `src` copied through a chain of dropped requants (each hop's
+    activation, `clamps`, clamping them on the way) and read in the last hop's domain, against the
+    program's chain of requants (each rounding half to even, and both ways within 1e-6 of a tie), over
+    the codes of `src` in `codes` (default: all). A round trip through a finer grid (int8 → int16 →
+    int8) is exact; through a coarser one the backend is the more precise. None when a side has no
+    fixed per-tensor domain or the codes do not fit the last one."""
     last = hops[-1]
     for d in (src, *hops):
         if d.is_float or d.per_channel or d.opaque is not None or not isinstance(d.scale, float) or d.scale <= 0:
             return None
     if not (DTYPE_RANGE[last.dtype][0] <= src.qmin and src.qmax <= DTYPE_RANGE[last.dtype][1]):
         return None
+    steps = list(zip(hops, clamps or [None] * len(hops), strict=True))
+    lo, hi = codes if codes is not None else (src.qmin, src.qmax)
     worst = 0.0
-    for c in range(src.qmin, src.qmax + 1):
-        xs = {src.scale * (c - int(src.zero_point))}  # type: ignore[arg-type, operator]
-        for d in hops:
+    for c in range(max(lo, src.qmin), min(hi, src.qmax) + 1):
+        xs, b = {src.scale * (c - int(src.zero_point))}, c  # type: ignore[arg-type, operator]
+        for d, clamp in steps:
+            if clamp is not None:
+                xs = {min(max(x, clamp.real[0]), clamp.real[1]) for x in xs}
+                b = min(max(b, clamp.codes[0]), clamp.codes[1])
             xs = {_requant(x, d, k) for x in xs for k in _roundings(x / d.scale)}  # type: ignore[operator]
-        got = last.scale * (c - int(last.zero_point))  # type: ignore[arg-type, operator]
+        got = last.scale * (b - int(last.zero_point))  # type: ignore[arg-type, operator]
         worst = max(worst, *(abs(got - x) for x in xs))
     return worst
 

@@ -120,6 +120,16 @@ CASES: dict[str, tuple[str, str]] = {
         "former lowered-form false alarm: a relu's requant dropped into a clamp on codes, read next by a requant "
         "into scale 1.2e-7 and two cortex_m.quantized_mul kernels; qflow now follows the wrong codes through them",
     ),
+    # former false alarms before the passes: value ranges and chains of clamps on codes
+    "00789-cm-custom": (
+        "exact",
+        "relu6 into another domain, then relu back into the first: Cortex-M drops both requants and clamps the "
+        "copied codes by each one's bounds in its own domain (codes -36, then 113), which compose to the relu",
+    ),
+    "00579-cm-custom": (
+        "exact",
+        "a hardtanh's requant dropped, then + 0.5 (a float constant) into a domain both sides saturate",
+    ),
     # former misses: whether the passes leave an activation on codes is measured by running them
     "00628-cm": ("miscompile", "a relu after an avg_pool2d of a linear's int32 codes stays on codes (14 LSB)"),
     "00872-cm": (

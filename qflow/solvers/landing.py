@@ -69,13 +69,19 @@ def land(dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval]) -> Lan
                 continue
             merges.add((r.obligation.node, r.obligation.other))
         spot = r.obligation.edge[1] if r.obligation.edge else None
-        chain, start = _chain(dg, copies, spot) if spot in copies and copies[spot] is r else ([], "")
-        eps = bounds.copied_through(chain[0], chain[1:]) if len(chain) > 2 else None
-        if eps is not None and spot is not None:  # after another dropped requant: its source's codes
-            errors[spot], backend[spot] = eps, _read_as(chain[-1], (chain[0].qmin, chain[0].qmax))
-            replaced.add(spot)
-            inherits[spot] = start
-            continue
+        chain = _chain(dg, copies, spot) if spot in copies and copies[spot] is r else None
+        if chain is not None and (len(chain[0]) > 2 or chain[1] != [None]):  # (more than one copy, or a clamp)
+            domains, clamps, start = chain
+            codes = _source_codes(dg, reads, domains[0], start, rng)
+            eps = bounds.copied_through(domains[0], domains[1:], clamps, codes)
+            if eps is not None:  # (the codes of the chain's source, clamped on the way, read as its end's)
+                lo, hi = codes or (domains[0].qmin, domains[0].qmax)
+                for c in clamps:
+                    lo, hi = (lo, hi) if c is None else (min(max(x, c.codes[0]), c.codes[1]) for x in (lo, hi))
+                errors[spot], backend[spot] = eps, _read_as(domains[-1], (lo, hi))  # type: ignore[index]
+                replaced.add(spot)  # type: ignore[arg-type]
+                inherits[spot] = _inherited(dg, start, copies)  # type: ignore[index]
+                continue
         at = _landing(dg, r, rng)
         if at is None:
             return None
@@ -111,26 +117,62 @@ def _linked(dg: DomainGraph, node: str) -> bool:
     return node in outputs or not outputs.isdisjoint(nx.descendants(dg.g, node))
 
 
-def _chain(dg: DomainGraph, copies: dict[str, Read], spot: str) -> tuple[list[Domain], str]:
-    """([the codes' source domain, then each requant the program asks for], the first one's pass-through
-    op) along the dropped requants that end at `spot`: each one's pass-through op reads, through
-    dequantizes and pass-through ops only, the value the one before lands on."""
+def _chain(
+    dg: DomainGraph, copies: dict[str, Read], spot: str
+) -> tuple[list[Domain], list[bounds.Clamp | None], str] | None:
+    """([the codes' source domain, then each requant the program asks for], [the clamp of each on the
+    way, None for a pass-through op's], the first one's op) along the dropped requants that end at
+    `spot`: each one's op reads, through dequantizes and pass-through ops only, the value the one
+    before lands on. None for an activation whose clamp of the codes is not known."""
     r = copies[spot]
     assert r.produced is not None and r.expected is not None
+    clamp = _clamp(dg, r.obligation)
+    if clamp is None and r.obligation.finding_kind == "requant-across-activation":
+        return None  # (it clamps the codes by bounds in another domain qflow does not know: no copy)
     cur = r.obligation.node
-    for _ in range(64 if dg.value(cur).op_class is OpClass.PASSTHROUGH else 0):  # (an activation clamps)
+    for _ in range(64 if dg.value(cur).op_class in (OpClass.PASSTHROUGH, OpClass.ACTIVATION) else 0):
         preds = dg.g._pred[cur]
         if len(preds) != 1:
             break
         cur = next(iter(preds))
         if cur in copies:
-            if copies[cur].obligation.finding_kind == "requant-across-activation":
-                break  # (it clamps the codes by bounds in another domain on the way: they are no copy)
-            domains, start = _chain(dg, copies, cur)
-            return [*domains, r.expected], start
+            up = _chain(dg, copies, cur)
+            if up is None:
+                break
+            domains, clamps, start = up
+            return [*domains, r.expected], [*clamps, clamp], start
         if dg.value(cur).op_class not in (OpClass.DEQUANTIZE, OpClass.PASSTHROUGH):
             break
-    return [r.produced, r.expected], r.obligation.node
+    return [r.produced, r.expected], [clamp], r.obligation.node
+
+
+def _clamp(dg: DomainGraph, ob: Obligation) -> bounds.Clamp | None:
+    """An activation's dropped requant: its real bounds and the codes the backend clamps to, when known."""
+    bounds_ = dg.value(ob.node).clamp if ob.node in dg.g else None
+    if ob.finding_kind != "requant-across-activation" or ob.codes is None or bounds_ is None:
+        return None
+    return bounds.Clamp(bounds_, ob.codes)
+
+
+def _inherited(dg: DomainGraph, start: str, copies: Mapping[str, Read]) -> str:
+    """The value whose error the codes a chain copies carry from upstream: its first op's output, or its
+    input where that op lands an error of its own (after the Cortex-M passes a clamp on codes is both the
+    activation and its dropped requant)."""
+    preds = list(dg.g._pred[start])
+    return preds[0] if start in copies and len(preds) == 1 else start
+
+
+def _source_codes(
+    dg: DomainGraph, reads: list[Read], src: Domain, start: str, rng: Mapping[str, Interval]
+) -> tuple[int, int] | None:
+    """The codes of `src` a chain starting at op `start` reads (the program's), or None (every code)
+    when another violation lands upstream of it: then the backend's codes there are not the program's."""
+    upstream = nx.ancestors(dg.g, start)
+    if any(r.obligation.node in upstream or (r.obligation.edge and r.obligation.edge[1] in upstream) for r in reads):
+        return None
+    v = dg.value(start)
+    first = dg.producer(start, "args[0]") if v.op_class is OpClass.ACTIVATION else start
+    return reach(src, rng.get(first)) if first is not None else None
 
 
 def reach(d: Domain | None, r: Interval | None) -> tuple[int, int] | None:

@@ -188,6 +188,27 @@ def test_a_round_trip_of_dropped_requants_against_every_code(src, hops, exact) -
     assert got == pytest.approx(worst, abs=1e-9) or got >= worst  # (ties taken both ways)
 
 
+def test_activations_on_a_chain_of_dropped_requants_clamp_codes_in_their_own_domains() -> None:
+    """relu6 into another domain, then relu back into the first (campaign case 00789-cm-custom): Cortex-M
+    drops both requants and clamps the copied codes by each activation's bounds in its own output domain
+    (codes -36 and 113, as QuantizedClampActivationPass writes them). The two clamps compose to the
+    program's relu on every code; either one alone does not, but for the codes at or below -36 (inputs
+    clamped to 0 whatever the domain)."""
+    src = Domain.quantized("int8", 0.0140602, 113, -128, 127)
+    mid = Domain.quantized("int8", 0.00662032, -36, -128, 127)
+    relu6, relu = bounds.Clamp((0.0, 6.0), (-36, 127)), bounds.Clamp((0.0, math.inf), (113, 127))
+    assert bounds.copied_through(src, [mid, src], [relu6, relu]) == 0.0
+    alone = bounds.copied_through(src, [mid], [relu6])
+    assert alone is not None and alone > 100 * mid.scale
+    assert bounds.copied_through(src, [mid], [relu6], codes=(-128, -36)) == 0.0
+    worst = 0.0  # brute force: the program clamps reals and requantizes, the backend clamps codes
+    for c in range(src.qmin, src.qmax + 1):
+        x = min(max(src.scale * (c - src.zero_point), 0.0), 6.0)
+        x = mid.scale * (min(max(round(x / mid.scale) + mid.zero_point, mid.qmin), mid.qmax) - mid.zero_point)
+        worst = max(worst, abs(mid.scale * (min(max(c, -36), 127) - mid.zero_point) - x))
+    assert alone == pytest.approx(worst, abs=1e-9)
+
+
 def test_no_round_trip_bound_for_codes_the_last_dtype_cannot_hold() -> None:
     assert bounds.copied_through(Domain.quantized("int16", 1e-4, 0, -32767, 32767), [WIDE]) is None
     assert bounds.copied_through(WIDE, [FLOAT]) is None
