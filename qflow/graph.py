@@ -171,6 +171,9 @@ class DomainGraph:
     notes: list[str] = field(default_factory=list)
     #: The values the program returns, when the adapter knows them (`impact` weighs errors there).
     outputs: list[str] = field(default_factory=list)
+    #: A partition's input placeholder → the value its delegate call feeds it, where both hold the same
+    #: reals (one domain, or both float): `ranges` carries the parent's interval in.
+    fed: dict[str, str] = field(default_factory=dict)
     #: name → Value. The networkx graph holds the uses (its nodes carry no attributes):
     #: the analysis reads every value, and a dict is read without networkx's views.
     _by_name: dict[str, Value] = field(default_factory=dict, init=False, repr=False)

@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Collection, Mapping
 
 from qflow.domain import Domain
-from qflow.graph import DefKind, DomainGraph, Value
+from qflow.graph import RETURNED, DefKind, DomainGraph, Value
 from qflow.ops import MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name
 
 Interval = tuple[float, float]
@@ -199,6 +199,8 @@ def _transfer(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -
         out = clamped(ins[0][2], v.clamp)
     elif cls is OpClass.COMPUTE and ins:
         out = _compute(dg, v, ins)
+    elif returned := [i for _, lab, i in ins if lab == RETURNED]:
+        out = returned[0]  # (a delegate's output: the partition's value it returns)
     else:
         out = UNBOUNDED
     return _meet(out, own)
@@ -221,6 +223,8 @@ def value_ranges(dg: DomainGraph, given: Mapping[str, Interval] | None = None) -
             continue
         ins = [(p, lab, out[p]) for p, data in g._pred[name].items() for lab in data["args"]]
         out[name] = _meet(_transfer(dg, dg.value(name), ins), _rows(dg, name, out, given or {}))
+        if (parent := dg.fed.get(name)) in out:  # (a partition's input: what its call feeds it)
+            out[name] = _meet(out[name], out[parent])
     return out
 
 

@@ -73,6 +73,9 @@ class DelegateReading:
         repair = reads if fed_real and not exp_real else FLOAT if exp_real and not fed_real else None
         if not fed_real and not exp_real:
             self._boundary_use(call, ph, b, arg, reads)
+        same = fed_real and exp_real or reads is not None and reads == self.dg.value(arg.name).own_domain
+        if same and ph in self.dg.g:
+            self.dg.fed[ph] = arg.name  # (the same reals on both sides of the boundary)
         self.dg.oblige(
             Obligation(
                 kind=ObligationKind.STRUCTURAL,

@@ -10,7 +10,7 @@ import pytest
 
 from qflow import bounds, impact, ranges
 from qflow.domain import FLOAT, Domain
-from qflow.graph import Definition, DefKind, DomainGraph, Value
+from qflow.graph import RETURNED, Definition, DefKind, DomainGraph, Value
 from qflow.ops import OpClass
 from qflow.solvers import landing
 
@@ -155,6 +155,23 @@ def test_value_ranges_sum_k_values_read_float_constants_and_round_to_the_nearest
     assert r["q1"][0] == pytest.approx(128 * sig.scale)  # (0.5 rounds to 128 steps)
     assert landing.reach(sig, r["g"]) == (0, 127) and landing.reach(sig, (0.4995, 0.5)) == (0, 0)
     assert landing.reach(sig, (0.5 * sig.scale, 0.5 * sig.scale)) == (-128, -127)  # (a tie: either way)
+
+
+def test_value_ranges_cross_a_delegate_boundary_where_both_sides_hold_the_same_reals() -> None:
+    """A delegate's output holds the partition value it returns; a partition's input, what its call feeds
+    it when both read one domain (`DomainGraph.fed`): a linear in one delegate bounds a round trip in the
+    next (campaign case 00574-tx-arm-custom, lowered)."""
+    dg = _graph(NARROW)
+    for name, cls, d in (("call", OpClass.DELEGATE, FLOAT), ("out", OpClass.DELEGATE, NARROW),
+                         ("p/x", OpClass.UNKNOWN, FLOAT), ("p/y", OpClass.UNKNOWN, FLOAT)):  # fmt: skip
+        dg.add_value(Value(name, "t", cls, Definition(DefKind.FACT, d) if d is not FLOAT else Definition(DefKind.FREE)))
+    dg.add_use("dq0", "call", "args[1]")
+    dg.add_use("call", "out", "output 0")
+    dg.add_use("q1", "out", RETURNED)
+    dg.fed["p/x"] = "dq1"
+    r = ranges.value_ranges(dg)
+    assert r["out"] == r["q1"] == pytest.approx((0.0, 0.00255))
+    assert r["p/x"] == r["dq1"] and r["p/y"] == ranges.UNBOUNDED
 
 
 def test_saturation_on_both_sides_moves_no_code() -> None:
