@@ -22,18 +22,19 @@ from qflow.ops import MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name
 
 Interval = tuple[float, float]
 UNBOUNDED: Interval = (-math.inf, math.inf)
-#: How near a tie (in grid steps) an interval's end may round either way: the ends are computed in
-#: float64, the program in float32 (its error is far below a hundredth of a step).
-TIE_SLACK = 0.01
+#: How near a tie an interval's end may round either way, in grid steps and relative to the end: the
+#: ends are computed in float64, the program in float32 (a long sum's rounding grows with its values).
+TIE_SLACK = (0.01, 1e-5)
 
 
 def rounded_span(lo: float, hi: float) -> tuple[float, float]:
     """The grid points (in steps) that values in ``[lo, hi]`` (in steps) round to, to nearest — a
     value within `TIE_SLACK` of a tie either way. (Rounding outward to the next point would add a code
     no value reaches: a sigmoid of values >= 0 lands on codes >= 0.5 / scale, not one below.)"""
+    near, rel = TIE_SLACK
     return (
-        math.ceil(lo - 0.5 - TIE_SLACK) if math.isfinite(lo) else lo,
-        math.floor(hi + 0.5 + TIE_SLACK) if math.isfinite(hi) else hi,
+        math.ceil(lo - 0.5 - near - rel * abs(lo)) if math.isfinite(lo) else lo,
+        math.floor(hi + 0.5 + near + rel * abs(hi)) if math.isfinite(hi) else hi,
     )
 
 
