@@ -122,8 +122,11 @@ def constant_values(node: fx.Node, consts: Consts) -> tuple[float, float] | None
     """The real values a float constant or a dequantized one holds (their hull), or None when `node` is
     neither: a calibrated weight's domain spans more than the weight holds, and a float operand (an
     added 0.5) is no interval at all."""
-    if node.op not in ("placeholder", "get_attr") and classify(target_name(node)) is not OpClass.DEQUANTIZE:
+    leaf = node.op in ("placeholder", "get_attr")
+    if not leaf and classify(target_name(node)) is not OpClass.DEQUANTIZE:
         return None
+    if leaf and type(consts.tensor(node)) not in (torch.Tensor, torch.nn.Parameter):
+        return None  # (a tensor subclass, torchao's quantized weights: its codes are no reals)
     c = _constant(node, consts)
     if c is None or not c.numel() or not bool(c.isfinite().all()):
         return None
