@@ -104,6 +104,9 @@ class Value:
     #: The op an integer kernel computes in its place, checked entry by entry (a Cortex-M LUT's
     #: sigmoid): `ranges` bounds its output as that op's.
     stands_for: str | None = None
+    #: The edge labels of the operands of the op it stands for, in that op's order, where they are not
+    #: ``args[0]``, ``args[1]`` (a Cortex-M add reads its second operand as ``args[4]``): `ranges`.
+    operands: tuple[str, ...] | None = None
 
     @property
     def own_domain(self) -> Domain | None:

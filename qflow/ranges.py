@@ -156,6 +156,8 @@ def _compute(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) ->
     if name in _WITHIN and data:
         return _hull(data)
     by_label = {lab: i for _, lab, i in ins}
+    if v.operands is not None:  # (a kernel's operands, as the op it stands for orders them)
+        by_label = {f"args[{k}]": by_label[lab] for k, lab in enumerate(v.operands) if lab in by_label}
     if v.terms and "args[0]" in by_label and "args[1]" in by_label:  # (a matrix product: sums of products)
         p = _mul(by_label["args[0]"], by_label["args[1]"])
         return _mul(p, (float(v.terms), float(v.terms)))
@@ -177,10 +179,7 @@ def _transfer(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -
     name, cls = base_name(v.target), v.op_class
     own = domain_range(v.definition.domain) if v.definition.kind is DefKind.FACT else None
     if cls is OpClass.QUANTIZE and own is not None and ins:
-        s = v.definition.domain.scale  # type: ignore[union-attr]
-        lo, hi = rounded_span(*(x / s for x in _hull([i for _, _, i in ins])))  # type: ignore[operator]
-        # (the grid holds every multiple of the scale: an integer zero point)
-        return _meet((s * lo, s * hi), own)  # type: ignore[operator]
+        return _on_grid(_hull([i for _, _, i in ins]), v.definition.domain.scale, own)  # type: ignore[union-attr]
     if cls in (OpClass.DEQUANTIZE, OpClass.CONSTANT) and v.values is not None:
         out = v.values  # (a constant's own values)
     elif cls is OpClass.DEQUANTIZE and ins and ins[0][1] == "args[0]":
@@ -200,11 +199,20 @@ def _transfer(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -
         out = clamped(ins[0][2], v.clamp)
     elif cls is OpClass.COMPUTE and ins:
         out = _compute(dg, v, ins)
+        if own is not None:  # (an integer kernel: its result on its grid)
+            return _on_grid(out, v.definition.domain.scale, own)  # type: ignore[union-attr]
     elif returned := [i for _, lab, i in ins if lab == RETURNED]:
         out = returned[0]  # (a delegate's output: the partition's value it returns)
     else:
         out = UNBOUNDED
     return _meet(out, own)
+
+
+def _on_grid(x: Interval, scale: float, own: Interval) -> Interval:
+    """`x` rounded to the nearest multiples of `scale` (the grid of a domain with an integer zero
+    point), within its range `own`."""
+    lo, hi = rounded_span(x[0] / scale, x[1] / scale)
+    return _meet((scale * lo, scale * hi), own)
 
 
 def clamped(x: Interval, bounds: Interval) -> Interval:

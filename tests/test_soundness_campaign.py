@@ -256,8 +256,9 @@ def test_a_constant_weighs_by_the_values_it_holds(campaign: Any) -> None:
     """00005-cm-custom (a former false alarm before the passes): a slice's dropped requant reaches
     tanh(sum) - c, with c a constant at the top of its domain, into an output domain whose lowest code is
     1 - c: whatever the slice's codes, both sides lie within half a step of that code. With the
-    constant's domain range instead of its values, qflow bounded the output at 329 LSB. (After the
-    passes the constant is a `quantized_add`'s operand, whose values the lowered form does not weigh yet.)"""
+    constant's domain range instead of its values, qflow bounded the output at 329 LSB. After the passes
+    the sub is a `quantized_add` of the constant's codes (a buffer, multiplier negated): the kernel is bounded
+    as the sub it stands for, over the constant's values, and the program proves there too (and as a .pte)."""
     rec = campaign("00005-cm-custom")
     import summary
 
@@ -265,6 +266,10 @@ def test_a_constant_weighs_by_the_values_it_holds(campaign: Any) -> None:
     assert rec["verdict"] == "proved", rec["qflow"]["pre"]["findings"]
     [masked] = [f for f in rec["qflow"]["pre"]["findings"] if f["kind"] == "requant-after-passthrough"]
     assert masked["severity"] == "info"
+    for form in ("lowered", "pte"):
+        assert rec["qflow"][form]["verdict"] == "proved", rec["qflow"][form]["findings"]
+        [masked] = [f for f in rec["qflow"][form]["findings"] if f["kind"] == "passthrough-domain-change"]
+        assert masked["severity"] == "info"
 
 
 def test_the_joint_output_bound_holds_where_an_activation_clamps_a_dropped_chain(campaign: Any) -> None:

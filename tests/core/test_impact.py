@@ -157,6 +157,34 @@ def test_value_ranges_sum_k_values_read_float_constants_and_round_to_the_nearest
     assert landing.reach(sig, (0.5 * sig.scale, 0.5 * sig.scale)) == (-128, -127)  # (a tie: either way)
 
 
+def test_an_integer_kernel_is_bounded_as_the_op_it_stands_for_and_rounded_to_its_grid() -> None:
+    """A Cortex-M `quantized_add` whose second operand (``args[4]``) is a constant of codes, its multiplier
+    negated: the sub it stands for, over the constant's values (campaign case 00005-cm-custom after the
+    passes: tanh(x) - 1.775 into a domain topped at -0.775 pins every value there, where the kernel's
+    domain range alone let a wrong code move the output by 329 LSB). A kernel writes codes: its interval
+    is rounded to its grid, as a quantize's (a tanh LUT of x <= 2 reaches code 118 = 246 / 255, not 0.964)."""
+    top = Domain.quantized("int8", 0.00303957, 127, -128, 127)  # [-0.775, 0]
+    lut = Domain.quantized("int8", 1 / 255, -128, -128, 127)
+    dg = DomainGraph(form="lowered")
+    for name, target, cls, d, srcs, kw in (
+        ("x", "placeholder", OpClass.UNKNOWN, FLOAT, (), {}),
+        ("t", "cortex_m.quantized_activation.default", OpClass.COMPUTE, lut, ("x",), {"stands_for": "tanh"}),
+        ("c", "placeholder", OpClass.CONSTANT, None, (), {"values": (1.775, 1.775)}),
+        ("k", "cortex_m.quantized_add.default", OpClass.COMPUTE, top, ("t", "c"),
+         {"stands_for": "sub", "operands": ("args[0]", "args[4]")}),
+    ):  # fmt: skip
+        defn = Definition(DefKind.FACT, d) if d is not None else Definition(DefKind.FREE)
+        dg.add_value(Value(name, target, cls, defn, **kw))
+        for src, label in zip(srcs, ("args[0]", "args[4]"), strict=False):
+            dg.add_use(src, name, label)
+    r = ranges.value_ranges(dg, given={"x": (0.0, 2.0)})
+    assert r["t"] == pytest.approx((0.0, 246 / 255))
+    assert r["k"] == pytest.approx((-255 * top.scale, -255 * top.scale))
+    unordered = Value("k", "cortex_m.quantized_add.default", OpClass.COMPUTE, Definition(DefKind.FACT, top))
+    dg.add_value(unordered)  # (no operand order: what it computes is not known, only its domain's range)
+    assert ranges.value_ranges(dg, given={"x": (0.0, 2.0)})["k"] == pytest.approx(ranges.domain_range(top))
+
+
 def test_value_ranges_cross_a_delegate_boundary_where_both_sides_hold_the_same_reals() -> None:
     """A delegate's output holds the partition value it returns; a partition's input, what its call feeds
     it when both read one domain (`DomainGraph.fed`): a linear in one delegate bounds a round trip in the

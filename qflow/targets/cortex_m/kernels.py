@@ -731,6 +731,25 @@ class _Kernel:
             )  # fmt: skip
         return d
 
+    def constant(self, arg: int, d: Domain | None) -> None:
+        """Input `arg` as a value of its own when it is a constant tensor of codes in `d` (the passes
+        fold a constant operand into a buffer): `ranges` reads its real values."""
+        src = self.arg(arg)
+        codes = self.consts.tensor(src) if isinstance(src, fx.Node) else None
+        if codes is None or not codes.numel() or d is None or domain_range(d) is None or codes.is_floating_point():
+            return
+        real = (codes.double() - int(d.zero_point)) * d.scale  # type: ignore[arg-type, operator]
+        free = Definition(DefKind.FREE, reason="a constant")
+        held = self.dg.get(src.name) or _node_value(src, free, OpClass.CONSTANT)
+        self.dg.add_value(replace(held, values=(float(real.min()), float(real.max()))))
+        self.dg.add_use(src.name, self.name, f"args[{arg}]")
+
+    def stands_for(self, op: str, operands: tuple[str, ...]) -> None:
+        """The kernel computes `op` of its operands (edge labels, in `op`'s order), each read in its
+        declared domain, rounded into its output's: `ranges` bounds it as that op."""
+        if self.name in self.dg.g:
+            self.dg.add_value(replace(self.dg.value(self.name), stands_for=op, operands=operands))
+
     def check(self, what: str, holds: bool, detail: str) -> None:
         self.dg.oblige(
             Obligation(ObligationKind.STRUCTURAL, self.name, self.name, finding_kind=KIND, holds=holds,
@@ -827,6 +846,8 @@ def _scale(d: Domain | None) -> float:
 
 
 def _add(k: _Kernel) -> None:
+    k.constant(0, k.ins.get(0))
+    k.constant(4, k.ins.get(1))
     a, b = k.reads(0, 0), k.reads(4, 1)
     k.value()
     zp_a, m_a, sh_a, zp_b, m_b, sh_b, zp_o, m_o, sh_o, lo, hi = (k.arg(i) for i in (1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12))
@@ -840,6 +861,8 @@ def _add(k: _Kernel) -> None:
     if coefficient is not None:
         k.ratio_is("other_multiplier/shift", got_b / coefficient, want_b)
         k.gains(max(1.0, abs(coefficient)))
+        if coefficient in (1, -1):
+            k.stands_for("add" if coefficient == 1 else "sub", ("args[0]", "args[4]"))
     k.bounds(lo, hi)
 
 
@@ -862,8 +885,11 @@ def _add_coefficient(k: _Kernel, scales: tuple[float, float, float], realised: f
 def _mul(k: _Kernel) -> None:
     clamp = _hardswish_clamp_of(k.node)
     if clamp is None:
+        k.constant(0, k.ins.get(0))
+        k.constant(2, k.ins.get(1))
         a, b = k.reads(0, 0), k.reads(2, 1)
         k.value()
+        k.stands_for("mul", ("args[0]", "args[2]"))
         ma, mb = k.magnitude(0, a), k.magnitude(2, b)
         if ma is not None and mb is not None:  # (|ab - a'b'| <= M (e_a + e_b) + e_a e_b, each e <= 2 M)
             k.gains(3 * max(ma, mb))
