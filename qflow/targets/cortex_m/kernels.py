@@ -1221,6 +1221,10 @@ def _clamp(k: _Kernel) -> None:
     if not (ok_lo and ok_hi):
         k.unproven(f"clamp bounds [{lo}, {hi}] are not a relu's in {d}: an activation the program after the "
                    "passes does not record")  # fmt: skip
+    if not d.per_channel:  # (what it computes: its codes clamped, the reals of those bounds in `d`)
+        z, s = int(d.zero_point), float(d.scale)  # type: ignore[arg-type]
+        real = (-math.inf if lo is None else (lo - z) * s, math.inf if hi is None else (hi - z) * s)
+        k.dg.add_value(replace(k.dg.value(k.name), op_class=OpClass.ACTIVATION, clamp=real))
 
 
 def _clamp_across(k: _Kernel, d: Domain, out: Domain) -> None:
