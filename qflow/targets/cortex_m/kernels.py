@@ -682,7 +682,10 @@ class _Kernel:
         if copies is not None and copies.name in self.dg.g:
             why = f"{base_name(target_name(self.node))} copies codes"
             d = Definition(DefKind.ALIAS, sources=(copies.name,), reason=why)
-        elif self.out is not None:
+            self.dg.add_value(_node_value(self.node, d, OpClass.PASSTHROUGH))
+            self.dg.add_use(copies.name, self.name, "args[0]")  # (the codes it copies: `impact` follows them)
+            return
+        if self.out is not None:
             d = Definition(DefKind.FACT, fused or self._fused_hardsigmoid() or self.out)
         else:
             d = Definition(DefKind.FREE, blocking=True, reason=f"{self.name} has no output_qparams to check it against")
