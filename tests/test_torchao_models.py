@@ -16,9 +16,11 @@ recipe that changes the eager output an error (or leaves it unproven), never pro
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import re
 from collections.abc import Callable
+from unittest import mock
 
 import pytest
 import torch
@@ -27,6 +29,7 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from executorch.exir import to_edge_transform_and_lower
 from executorch.exir.verification.verifier import SpecViolationError
 from torch import nn
+from torchao.kernel import intmm
 from torchao.quantization import quantize_
 from torchao.quantization.granularity import PerAxis, PerGroup
 from torchao.quantization.quant_api import (
@@ -205,36 +208,57 @@ def test_the_dynamic_pte_proves_against_its_program_with_every_weight_checked(pr
     assert checked.obligations["proved"] - alone.obligations["proved"] == MODELS[model][2], str(checked)
 
 
+#: The two integer matmul recipes torchao exports, by the CPU it exports on (`_int_scaled_matmul_cpu`):
+#: u8s8 shifts the codes into uint8 on AVX512-VNNI without AMX, s8s8 multiplies them as they are.
+#: Each is exported on any machine by telling torchao which CPU it is on.
+RECIPES = {"u8s8": (False, True), "s8s8": (False, False)}  # (AMX, VNNI)
+
+
 @pytest.fixture(scope="module")
-def int8_dynamic() -> dict[str, tuple[torch.export.ExportedProgram, tuple[torch.Tensor, ...]]]:
-    """Per model: the program `Int8DynamicActivationInt8WeightConfig` exports, and its input."""
+def int8_dynamic() -> dict[tuple[str, str], tuple[torch.export.ExportedProgram, tuple[torch.Tensor, ...]]]:
+    """Per (model, recipe): the program `Int8DynamicActivationInt8WeightConfig` exports, and its input."""
     out = {}
-    for name, (make, example, _) in MODELS.items():
+    for (name, (make, example, _)), (recipe, (amx, vnni)) in itertools.product(MODELS.items(), RECIPES.items()):
         torch.manual_seed(0)
         model, inputs = make().eval(), example()
         quantize_(model, Int8DynamicActivationInt8WeightConfig())
-        out[name] = torch.export.export(model, inputs), inputs
+        with (
+            mock.patch.object(intmm, "_cpu_is_amx_tile_supported", return_value=amx),
+            mock.patch.object(intmm, "_cpu_is_vnni_supported", return_value=vnni),
+        ):
+            out[name, recipe] = torch.export.export(model, inputs), inputs
     return out
 
 
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_each_recipe_is_exported_as_named(int8_dynamic, recipe) -> None:
+    """The patch takes: u8s8 casts the codes to uint8 before the matmul, s8s8 does not."""
+    graph = int8_dynamic["llama", recipe][0].graph
+    mm = next(n for n in graph.nodes if n.target == torch.ops.aten._int_mm.default)
+    assert mm.args[0].meta["val"].dtype == (torch.uint8 if recipe == "u8s8" else torch.int8)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("target", ["xnnpack", None])
-def test_the_int8_dynamic_recipe_proves_at_every_linear(int8_dynamic, model, target) -> None:
-    """Each linear is torchao's integer matmul: codes shifted into uint8, `aten._int_mm`, the shift
-    taken out, the accumulator scaled by the token's and the weight's scales — exact integer
-    arithmetic, one obligation per linear (it was `unknown-op`)."""
-    report = qflow.analyze(int8_dynamic[model][0], target=target)
+def test_the_int8_dynamic_recipe_proves_at_every_linear(int8_dynamic, model, recipe, target) -> None:
+    """Each linear is torchao's integer matmul: the codes (shifted into uint8 for u8s8), `aten._int_mm`
+    (the shift taken out), the accumulator scaled by the token's and the weight's scales — exact
+    integer arithmetic, one obligation per linear (it was `unknown-op`)."""
+    ep = int8_dynamic[model, recipe][0]
+    report = qflow.analyze(ep, target=target)
     assert report.status == "proved", str(report)
     assert not [f for f in report.findings if f.kind == "unknown-op"], str(report)
-    dg = qflow.api.domain_graph(int8_dynamic[model][0], target=target)
+    dg = qflow.api.domain_graph(ep, target=target)
     recipes = [o for o in dg.obligations if o.finding_kind == "kernel-argument-mismatch" and o.holds]
     assert len(recipes) == MODELS[model][2]
 
 
-def test_to_edge_refuses_the_int8_dynamic_recipe(int8_dynamic) -> None:
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_to_edge_refuses_the_int8_dynamic_recipe(int8_dynamic, recipe) -> None:
     """Measured: lowering it is loud (the torchao campaign's 179 refusals), never a silent miscompile."""
     with pytest.raises(SpecViolationError, match="_int_mm"):
-        to_edge_transform_and_lower(int8_dynamic["llama"][0], partitioner=[XnnpackPartitioner()])
+        to_edge_transform_and_lower(int8_dynamic["llama", recipe][0], partitioner=[XnnpackPartitioner()])
 
 
 def _recipe_mutants() -> dict[str, Callable[[torch.fx.Graph, int_matmul.IntMatmul], None]]:
@@ -280,12 +304,17 @@ def _recipe_mutants() -> dict[str, Callable[[torch.fx.Graph, int_matmul.IntMatmu
     }  # fmt: skip
 
 
-@pytest.mark.parametrize("mutant", _recipe_mutants())
-def test_every_int8_dynamic_recipe_mutant_that_changes_the_output_is_an_error(int8_dynamic, mutant) -> None:
+#: The mutants of each recipe (s8s8 has no shift to get wrong).
+SHIFT_MUTANTS = {"offset 127", "128 × Σw → 64 × Σw", "no correction"}
+RECIPE_MUTANTS = [(r, m) for r in RECIPES for m in _recipe_mutants() if r == "u8s8" or m not in SHIFT_MUTANTS]
+
+
+@pytest.mark.parametrize(("recipe", "mutant"), RECIPE_MUTANTS)
+def test_every_int8_dynamic_recipe_mutant_that_changes_the_output_is_an_error(int8_dynamic, recipe, mutant) -> None:
     """Each mutant edits the first linear's recipe of the exported Llama-shaped program and runs it in
     eager PyTorch: it changes the output, and qflow calls it an error at that recipe — or, where the
     edit leaves no recipe to recognise (no correction at all), unproven. Never proved."""
-    ep, inputs = int8_dynamic["llama"]
+    ep, inputs = int8_dynamic["llama", recipe]
     clean = ep.module()(*inputs)
     bad = copy.deepcopy(ep)
     g = bad.graph_module.graph

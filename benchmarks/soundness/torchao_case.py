@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 import torch
+from torchao.utils import _cpu_is_amx_tile_supported, _cpu_is_vnni_supported
 
 try:  # run as a script (benchmarks/soundness on sys.path) or as a package
     import case
@@ -163,6 +164,8 @@ def run_case(cid: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
     rec: dict[str, Any] = {"id": cid, "variant": variant, "target": "xnnpack", "n_ops": len(spec["ops"])}
     rec["ops"] = sorted({op["kind"] for op in spec["ops"]})
     rec["qflow"], rec["qflow_rev"] = {}, case.qflow_revision()
+    if variant == "tao-int8dyn":  # (torchao exports one of two integer matmuls, by this CPU)
+        rec["int_mm"] = "u8s8" if _cpu_is_vnni_supported() and not _cpu_is_amx_tile_supported() else "s8s8"
     case._CURRENT.clear()
     case._CURRENT.update(rec)
     rec = case._CURRENT

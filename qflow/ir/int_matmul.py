@@ -1,12 +1,13 @@
 """torchao's integer matmul recipe (``Int8DynamicActivationInt8WeightConfig``): a linear computed on codes.
 
 The exported program quantizes each token of the input (``choose_qparams_affine`` + ``quantize_affine``,
-symmetric int8), shifts the codes into uint8 (``+ 128``), multiplies them with the int8 weight codes in
-``aten._int_mm``, takes the shift back out (``- 128 * Σw``), casts the int32 accumulator to float and
-scales it by the token's scale and the weight's per-channel scale. Every step is exact integer
+symmetric int8) and multiplies the codes with the int8 weight codes in ``aten._int_mm``: as they are
+(s8s8), or shifted into uint8 (``+ 128``) with the shift taken back out after (``- 128 * Σw``; u8s8,
+which torchao exports on AVX512-VNNI machines without AMX). It casts the int32 accumulator to float
+and scales it by the token's scale and the weight's per-channel scale. Every step is exact integer
 arithmetic (the accumulator cannot overflow below 65 536 inputs), so the recipe is the linear of the
 dequantized operands when its pieces agree: the same offset added and taken out, codes that fit
-uint8 after the shift, a zero point of 0, and the scales multiplied in those of the codes it read.
+the type the matmul reads, a zero point of 0, and the scales multiplied in those of the codes it read.
 `match` recognises the recipe and says which pieces disagree; anything that is not this recipe is
 left to the ops' own rules (`aten._int_mm` stays an unknown op).
 """
@@ -75,11 +76,9 @@ def _inner_tensor(n: object) -> tuple[object, str] | None:
     return None
 
 
-def match(mm: fx.Node, is_constant: Callable[[fx.Node], bool]) -> IntMatmul | None:  # noqa: C901
-    """The recipe around ``aten._int_mm`` node `mm`, or None when it is not this recipe."""
-    if _op(mm) != "_int_mm" or len(mm.args) != 2:
-        return None
-    inner: list[fx.Node] = [mm]
+def _shifted_codes(mm: fx.Node) -> tuple[list[fx.Node], object, int] | None:
+    """u8s8: the integer ops that shift the codes into uint8 (``(codes.to(int32) + offset).to(uint8)``),
+    the codes they read and the offset; None when `mm` reads no such shift."""
     shifted = _cast_to(mm.args[0], torch.uint8)
     add = shifted.args[0] if shifted is not None else None
     if not isinstance(add, fx.Node) or _op(add) not in _ADDS:
@@ -88,8 +87,33 @@ def match(mm: fx.Node, is_constant: Callable[[fx.Node], bool]) -> IntMatmul | No
     offset = _int_arg(add, wide) if wide is not None else None
     if offset is None:
         return None
-    inner += [shifted, add, wide]  # type: ignore[list-item]
-    codes = wide.args[0]
+    return [shifted, add, wide], wide.args[0], offset  # type: ignore[list-item,union-attr]
+
+
+def _taken_out(mm: fx.Node, weight_t: object) -> tuple[list[fx.Node], int | None] | None:
+    """u8s8: the ops that take the shift back out (``mm - Σw × offset``) and the offset they take out."""
+    sub = _only_user(mm)
+    if sub is None or _op(sub) not in _SUBS or sub.args[0] is not mm or not isinstance(sub.args[1], fx.Node):
+        return None
+    correction = sub.args[1]
+    total = next((a for a in correction.args if _op(a) == "sum"), None) if _op(correction) in _MULS else None
+    if not isinstance(total, fx.Node) or total.args[0] is not weight_t:
+        return None
+    return [sub, correction, total], _int_arg(correction, total)
+
+
+def match(mm: fx.Node, is_constant: Callable[[fx.Node], bool]) -> IntMatmul | None:
+    """The recipe around ``aten._int_mm`` node `mm`, or None when it is not this recipe.
+
+    torchao picks one of two by the CPU it runs on (``_int_scaled_matmul_cpu``): u8s8 on AVX512-VNNI
+    without AMX (codes shifted into uint8, the shift taken out after), else s8s8 (the int8 codes
+    multiplied as they are). The exported program is the one the exporting machine picked."""
+    if _op(mm) != "_int_mm" or len(mm.args) != 2:
+        return None
+    shift = _shifted_codes(mm)
+    if shift is None and val_dtype(mm.args[0]) != torch.int8:
+        return None
+    head, codes, offset = shift if shift is not None else ([], mm.args[0], 0)
     q = _through(codes, _VIEWS)
     if not isinstance(q, fx.Node) or classify(target_name(q)) is not OpClass.QUANTIZE or not isinstance(codes, fx.Node):
         return None
@@ -99,30 +123,27 @@ def match(mm: fx.Node, is_constant: Callable[[fx.Node], bool]) -> IntMatmul | No
         return None
     if (_inner_tensor(w) or (None, ""))[1] != "qdata":  # (a plain constant: its scales cannot be told)
         return None
-    sub = _only_user(mm)
-    if sub is None or _op(sub) not in _SUBS or sub.args[0] is not mm or not isinstance(sub.args[1], fx.Node):
+    undo = _taken_out(mm, weight_t) if shift is not None else ([], 0)
+    if undo is None:
         return None
-    correction = sub.args[1]
-    total = next((a for a in correction.args if _op(a) == "sum"), None) if _op(correction) in _MULS else None
-    if not isinstance(total, fx.Node) or total.args[0] is not weight_t:
-        return None
-    taken_out = _int_arg(correction, total)
-    result = _cast_to(_only_user(sub), torch.float32)
+    tail, taken_out = undo
+    result = _cast_to(_only_user(tail[0] if tail else mm), torch.float32)
     if result is None:
         return None
-    inner += [sub, correction, total]
     problems = []
     if taken_out != offset:
         problems.append(f"{offset} is added to the codes and {taken_out} × Σw taken out")
     qmin, qmax = (q.args[5], q.args[6]) if len(q.args) >= 7 else (None, None)
-    if not (isinstance(qmin, int) and isinstance(qmax, int) and 0 <= qmin + offset and qmax + offset <= 255):
-        problems.append(f"codes of [{qmin}, {qmax}] plus {offset} do not fit the uint8 it casts them to")
+    low, high = (0, 255) if shift is not None else (-128, 127)
+    if not (isinstance(qmin, int) and isinstance(qmax, int) and low <= qmin + offset and qmax + offset <= high):
+        into = "the uint8 it casts them to" if shift is not None else "the int8 the matmul reads"
+        problems.append(f"codes of [{qmin}, {qmax}] plus {offset} do not fit {into}")
     k = static_int(val_of(w).shape[-1]) if isinstance(val_of(w), torch.Tensor) else None
-    reach = k * 255 * 128 if k is not None else None
+    reach = k * max(abs(low), high) * 128 if k is not None else None
     if reach is None or reach >= 2**31:
         problems.append(f"its int32 accumulator can overflow ({reach} in magnitude)")
     problems += _scale_problems(q, w, result)
-    return IntMatmul(mm, q, codes, frozenset(inner), result, tuple(problems))
+    return IntMatmul(mm, q, codes, frozenset([*head, mm, *tail]), result, tuple(problems))
 
 
 def _scale_problems(q: fx.Node, w: fx.Node, result: fx.Node) -> list[str]:
