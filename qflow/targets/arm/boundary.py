@@ -15,6 +15,7 @@ import torch
 import torch.fx as fx
 
 from qflow.domain import Domain
+from qflow.graph import ObligationKind
 from qflow.ir.delegate import ITEMSIZE, BoundaryInput, BoundaryOutput, placeholder_dtypes
 from qflow.ir.fx_nodes import dtype_name, qdq_domain, quant_args_domain, target_name
 from qflow.targets.arm import tosa_io
@@ -115,7 +116,14 @@ def add_artifact_evidence(
         return
     from qflow.targets.arm import tosa_artifact
 
-    checks = tosa_artifact.check_delegate(gm, call, lowered, reference)
+    within = f"{prefix}/"
+    dropped = {  # (the partition's dropped requants, weighed by its own obligations)
+        ob.node.removeprefix(within): ob.expected
+        for ob in dg.obligations
+        if ob.kind is ObligationKind.NO_FOLD_CHANGE and ob.node.startswith(within) and ob.value == ob.node
+        and ob.expected is not None
+    }  # fmt: skip
+    checks = tosa_artifact.check_delegate(gm, call, lowered, reference, dropped)
     if checks is None:
         dg.notes.append(f"{call.name}: TOSA artifact not checked (no TOSA flatbuffer, or a float partition)")
         return

@@ -47,6 +47,9 @@ def _read_graph(a: Anchors, graph: fx.Graph, consts: Consts, region: str) -> Non
     for n in graph.nodes:
         key = n.name + region
         a.nodes.add(key)
+        shape = getattr(n.meta.get("val"), "shape", None)
+        if shape is not None and all(isinstance(x, int) for x in shape):  # (a symbolic size: no match)
+            a.shapes[key] = tuple(shape)
         if n.op != "call_function":
             continue
         cls = classify(target_name(n))
@@ -59,6 +62,10 @@ def _read_graph(a: Anchors, graph: fx.Graph, consts: Consts, region: str) -> Non
             continue
         qs = [u for u in n.users if classify(target_name(u)) is OpClass.QUANTIZE]
         dqs = [x for x in n.args if hasattr(x, "op") and classify(target_name(x)) is OpClass.DEQUANTIZE]
+        for i, x in enumerate(n.args):
+            q = x.args[0] if x in dqs and x.args else None
+            if hasattr(q, "op") and classify(target_name(q)) is OpClass.QUANTIZE and hasattr(q.args[0], "name"):
+                a.readers.setdefault(q.args[0].name + region, set()).add((key, i))
         out = _qdq(qs[0], consts) if qs else None
         inp = _qdq(dqs[0], consts) if dqs else None
         if out is not None:
@@ -338,11 +345,14 @@ def float_io(prog: TosaProgram) -> bool:
     return any(prog.tensors[n].dtype in ("FP32", "FP16", "BF16") for n in (*prog.inputs, *prog.outputs))
 
 
-def check_delegate(gm: Any, call: Any, lowered: Any, ref: Reference | None = None) -> list[Check] | None:
+def check_delegate(
+    gm: Any, call: Any, lowered: Any, ref: Reference | None = None, dropped: dict[str, Domain] | None = None
+) -> list[Check] | None:
     """The artifact checks of one delegate call, or None if it is no TOSA
     flatbuffer, or a float program that quantizes nothing at its boundary
     (a float partition: no codes cross it, so there is no domain to prove).
-    `ref`: the PT2E program's constants, for weights the partition keeps as bare codes."""
+    `ref`: the PT2E program's constants, for weights the partition keeps as bare codes.
+    `dropped`: the requants the partition drops that the caller's own checks weigh (`Anchors.dropped`)."""
     if getattr(lowered, "backend_id", None) not in ("TOSABackend", "VgfBackend"):
         return None
     try:
@@ -350,6 +360,7 @@ def check_delegate(gm: Any, call: Any, lowered: Any, ref: Reference | None = Non
     except Exception:  # a VGF blob or another payload: no TOSA flatbuffer to read
         return None
     anchors = delegate_anchors(gm, call, lowered, prog)
+    anchors.dropped = dict(dropped or {})
     ep = lowered.original_module
     prog = anchor_made_constants(prog, anchors, ep, {c.name: c for c in constant_domains(ep)})
     if ref is not None:

@@ -52,6 +52,7 @@ proved.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from qflow.domain import FLOAT
@@ -105,6 +106,8 @@ def add_evidence(dg: Any, prefix: str, call_name: str, checks: Iterable[Check]) 
                            severity="warning" if c.kind else None)
             )  # fmt: skip
             continue
+        if c.kind == DROPPED and _weighed_in_partition(dg, f"{prefix}/{c.node}"):
+            c = replace(c, ok=True, message=f"{c.message}, as in the partition, whose own obligation weighs it")
         op = f"{prefix}/{c.off_by_code.node}" if c.off_by_code is not None else node  # (read at its input)
         dg.oblige(
             Obligation(ObligationKind.STRUCTURAL, node=node, expected=c.expected, holds=c.ok,
@@ -114,6 +117,17 @@ def add_evidence(dg: Any, prefix: str, call_name: str, checks: Iterable[Check]) 
                        detail=text + (f" (produced {describe(c.produced)}, expected {describe(c.expected)})"
                                       if c.produced or c.expected else ""))
         )  # fmt: skip
+
+
+#: The check of a copy the walk finds dropping the requant after it (`Anchors.dropped`).
+DROPPED = "requant-after-passthrough"
+
+
+def _weighed_in_partition(dg: Any, node: str) -> bool:
+    """Does the program's own obligation at partition node `node` weigh the requant dropped after it?"""
+    from qflow.graph import ObligationKind
+
+    return any(ob.kind is ObligationKind.NO_FOLD_CHANGE and ob.node == node for ob in dg.obligations)
 
 
 def analyze_artifact(obj: Any, name: str = "", reference: Any = None) -> Any:

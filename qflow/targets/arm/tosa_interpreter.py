@@ -57,6 +57,15 @@ class Anchors:
     #: constant → the distinct domains of the equal constants Arm's FuseEqualPlaceholdersPass merged
     #: into it (``<name>_common``), when they differ: the payload does not record which each use reads
     merged: dict[str, tuple[Domain, ...]] = field(default_factory=dict)
+    #: FX node of a pass-through op → the domain of the requant after it that the partition drops
+    #: (Arm's fold), when the program's own checks weigh that (its `requant-after-passthrough`
+    #: obligation): the op's codes are expected in its input's domain and read on in this one, so the
+    #: walk says so once there and goes on in this domain, not again at each op downstream
+    dropped: dict[str, Domain] = field(default_factory=dict)
+    #: FX node name → the shape of its output (what a copy of the payload is matched to it by)
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: FX node name → the (node, argument position) pairs that read its codes (through its Q / DQ)
+    readers: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
 
 
 Scale = float | tuple[float, ...]
@@ -136,6 +145,11 @@ def _same_dom(a: Dom, b: Dom) -> bool:
     if a.dtype != b.dtype or a.zp != b.zp or a.scale is None or b.scale is None:
         return False
     return _scale_ok(a.scale, b.scale, max(a.tol, b.tol, 1e-5), _span(a.dtype))
+
+
+def _same_shape(a: tuple[int, ...] | None, b: tuple[int, ...]) -> bool:
+    """One tensor's shape in two layouts: the same dims other than 1, in some order."""
+    return a is not None and sorted(x for x in a if x != 1) == sorted(x for x in b if x != 1)
 
 
 def _dom_of(d: Domain) -> Dom:
@@ -627,6 +641,7 @@ class Interpreter:
     def copy(self, op: TosaOp) -> None:
         src = self.get(op.inputs[0])
         self.dom[op.outputs[0]] = replace_dtype(src, self.out_dtype(op), keep_unsigned=True)
+        self._dropped_requant(op)
         if op.inputs[0] in self.dequantized:
             self.dequantized.add(op.outputs[0])
         if op.inputs[0] in self.prologue:
@@ -648,6 +663,52 @@ class Interpreter:
                     mine = self.node_of(op)
                     act = next((a for a in same if a.node == mine), same[0])
                     self.dom[op.outputs[0]] = replace_dtype(_dom_of(act.domain), self.out_dtype(op))
+
+    def _dropped_requant(self, op: TosaOp) -> None:
+        """A copy of a PT2E op with a requant after it that the partition drops (`Anchors.dropped`): its
+        codes stay in its input's domain and are read on in the requant's. That is the partition's own
+        violation, weighed there: the walk records it once, as what it is, and goes on in the domain
+        the program reads them in, so each op downstream is checked as a translation of the partition.
+        The serializer does not name a copy after its PT2E op (a decomposition adds copies of its own):
+        the copy is matched to the one such op whose input domain its codes are in and whose output
+        has its shape (up to the layout's permutation)."""
+        out = op.outputs[0]
+        got, shape = self.dom[out], self.p.tensors[out].shape if out in self.p.tensors else None
+        if not self.a.dropped or got.scale is None or got.zp is None or shape is None:
+            return
+        like = [
+            (v, want) for v, e in self.a.dropped.items()
+            if not e.is_float and (d := self.a.node_in.get(v)) is not None
+            and _same_dom(got, replace_dtype(_dom_of(d), got.dtype, True)) and _same_shape(self.a.shapes.get(v), shape)
+            and not _same_dom(got, want := replace_dtype(_dom_of(e), got.dtype, keep_unsigned=True))
+            and self._read_by(out, self.a.readers.get(v, set()))
+        ]  # fmt: skip
+        if len(like) != 1:
+            return
+        (node, want), read_as = like[0], self.a.dropped[like[0][0]]
+        self.checks.append(
+            Check(False, op.op, op.index, out, node, f"{op.op} #{op.index} copies codes in {got} that the program "
+                  f"reads on in {describe(read_as)}: the requant after {node} is dropped", got.domain(), read_as,
+                  kind="requant-after-passthrough")
+        )  # fmt: skip
+        self.dom[out] = want
+
+    def _read_by(self, tensor: str, readers: set[tuple[str, int]]) -> bool:
+        """Is `tensor` read, through copies, by an op that came from one of `readers` (a PT2E node and the
+        argument it reads there; a RESCALE serves its op whatever argument it rescales)?"""
+        nodes = {n for n, _ in readers}
+        frontier, seen = [tensor], set()
+        while frontier:
+            t = frontier.pop()
+            if t in seen or len(seen) > 64:
+                continue
+            seen.add(t)
+            for c in self._cons.get(t, []):
+                if c.op in _COPY:
+                    frontier += c.outputs[:1]
+                elif (node := self.node_of(c)) in nodes and (c.op == "RESCALE" or (node, c.inputs.index(t)) in readers):
+                    return True
+        return False
 
     def op_CONCAT(self, op: TosaOp) -> None:  # noqa: N802
         self.same_domain(op, op.outputs[0])
