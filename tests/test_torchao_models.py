@@ -8,9 +8,10 @@ right and qflow proves them before lowering, lowered and as a `.pte`; both weigh
 miscompute by orders of magnitude (the weights' scales are lost at lowering), or are refused
 when they run (int8 on the ViT), and qflow says so at every linear before lowering and lowered,
 and at each delegate of the `.pte` that is passed those scales unread. The fourth config,
-int8 dynamic × int8 weights, exports torchao's integer matmul recipe (`aten._int_mm`), which
-`to_edge` refuses (not Core ATen): qflow proves it before lowering, and calls each mutant of the
-recipe that changes the eager output an error (or leaves it unproven), never proved.
+int8 dynamic × int8 weights, exports torchao's integer matmul recipe (`aten._int_mm`; u8s8 or
+s8s8 by the exporting CPU, both exported here on any machine), which `to_edge` refuses (not Core
+ATen): qflow proves it before lowering, and calls each mutant of the recipe that changes the eager
+output an error (or leaves it unproven), never proved.
 """
 
 from __future__ import annotations
