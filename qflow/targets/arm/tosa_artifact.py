@@ -55,8 +55,13 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from qflow.analysis import analyze_graph
 from qflow.domain import FLOAT
+from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value
+from qflow.ir.delegate import lowered_module
 from qflow.ir.fx_nodes import target_name
+from qflow.ir.load import graph_module_of
+from qflow.ops import OpClass, classify
 from qflow.targets.arm import tosa_anchors
 from qflow.targets.arm.tosa_anchors import Reference, check_delegate, constant_domains, link_constants, reference
 from qflow.targets.arm.tosa_flatbuffer import read
@@ -77,9 +82,6 @@ def add_evidence(dg: Any, prefix: str, call_name: str, checks: Iterable[Check]) 
     undecided only for want of the weights' scales are reported once, at the
     delegate call, as `reference-needed` (the remedy is the same for all). A
     failure breaks the program on arm-tosa only."""
-    from qflow.graph import Definition, DefKind, Obligation, ObligationKind, Value
-    from qflow.ops import OpClass
-
     checks = list(checks)
     unanchored = sum(c.needs_reference for c in checks)
     for k, c in enumerate(checks):
@@ -125,8 +127,6 @@ DROPPED = "requant-after-passthrough"
 
 def _weighed_in_partition(dg: Any, node: str) -> bool:
     """Does the program's own obligation at partition node `node` weigh the requant dropped after it?"""
-    from qflow.graph import ObligationKind
-
     return any(ob.kind is ObligationKind.NO_FOLD_CHANGE and ob.node == node for ob in dg.obligations)
 
 
@@ -134,12 +134,6 @@ def analyze_artifact(obj: Any, name: str = "", reference: Any = None) -> Any:
     """Prove the TOSA artifacts of a lowered program alone (graph checks off):
     a Report whose every obligation comes from the flatbuffers. `reference`: the
     PT2E ExportedProgram it was lowered from (for weights kept as bare codes)."""
-    from qflow.analysis import analyze_graph
-    from qflow.graph import DomainGraph
-    from qflow.ir.delegate import lowered_module
-    from qflow.ir.load import graph_module_of
-    from qflow.ops import OpClass, classify
-
     gm, _ = graph_module_of(obj)
     ref = tosa_anchors.reference(reference) if reference is not None else None
     dg = DomainGraph(form="artifact")

@@ -670,8 +670,8 @@ class Interpreter:
         violation, weighed there: the walk records it once, as what it is, and goes on in the domain
         the program reads them in, so each op downstream is checked as a translation of the partition.
         The serializer does not name a copy after its PT2E op (a decomposition adds copies of its own):
-        the copy is matched to the one such op whose input domain its codes are in and whose output
-        has its shape (up to the layout's permutation)."""
+        the copy is matched to the one such op whose input domain its codes are in, whose output has its
+        shape (up to the layout's permutation) and one of whose readers an op after it came from."""
         out = op.outputs[0]
         got, shape = self.dom[out], self.p.tensors[out].shape if out in self.p.tensors else None
         if not self.a.dropped or got.scale is None or got.zp is None or shape is None:
