@@ -65,7 +65,7 @@ from qflow.ops import OpClass, classify
 from qflow.targets.arm import tosa_anchors
 from qflow.targets.arm.tosa_anchors import Reference, check_delegate, constant_domains, link_constants, reference
 from qflow.targets.arm.tosa_flatbuffer import read
-from qflow.targets.arm.tosa_interpreter import Anchors, Check, describe, validate
+from qflow.targets.arm.tosa_interpreter import DROPPED, Anchors, Check, describe, validate
 
 # (the rooms this check is made of: reading, the reference facts, the interpreter; re-exported)
 __all__ = ["KIND", "Reference", "add_evidence", "analyze_artifact", "check_delegate", "constant_domains"]
@@ -119,10 +119,6 @@ def add_evidence(dg: Any, prefix: str, call_name: str, checks: Iterable[Check]) 
                        detail=text + (f" (produced {describe(c.produced)}, expected {describe(c.expected)})"
                                       if c.produced or c.expected else ""))
         )  # fmt: skip
-
-
-#: The check of a copy the walk finds dropping the requant after it (`Anchors.dropped`).
-DROPPED = "requant-after-passthrough"
 
 
 def _weighed_in_partition(dg: Any, node: str) -> bool:

@@ -147,6 +147,10 @@ def _same_dom(a: Dom, b: Dom) -> bool:
     return _scale_ok(a.scale, b.scale, max(a.tol, b.tol, 1e-5), _span(a.dtype))
 
 
+#: The kind of the check a copy gets where it realises a requant the partition drops (`Anchors.dropped`).
+DROPPED = "requant-after-passthrough"
+
+
 def _same_shape(a: tuple[int, ...] | None, b: tuple[int, ...]) -> bool:
     """One tensor's shape in two layouts: the same dims other than 1, in some order."""
     return a is not None and sorted(x for x in a if x != 1) == sorted(x for x in b if x != 1)
@@ -689,7 +693,7 @@ class Interpreter:
         self.checks.append(
             Check(False, op.op, op.index, out, node, f"{op.op} #{op.index} copies codes in {got} that the program "
                   f"reads on in {describe(read_as)}: the requant after {node} is dropped", got.domain(), read_as,
-                  kind="requant-after-passthrough")
+                  kind=DROPPED)
         )  # fmt: skip
         self.dom[out] = want
 
