@@ -14,7 +14,7 @@ from torch import fx
 
 from qflow.domain import FLOAT, Domain
 from qflow.ir.fx_nodes import Consts, control_flow_operands, qdq_domain, target_name
-from qflow.ops import OpClass, base_name, classify
+from qflow.ops import MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name, classify
 from qflow.targets.arm.tosa_constants import MERGED, anchor_made_constants, content_key
 from qflow.targets.arm.tosa_flatbuffer import TosaProgram, TosaTensor, read, region_of
 from qflow.targets.arm.tosa_interpreter import CODE_RANGE, Activation, Anchors, Check, validate
@@ -32,18 +32,21 @@ def partition_anchors(ep: Any) -> Anchors:
     """Domains the partition program (Q/DQ intact) declares, by FX node name; a control-flow
     subgraph's nodes as ``<node>_<subgraph>`` (how the serializer names its region's tensors)."""
     a = Anchors(inputs={}, outputs=[], consts={})
-    _read_graph(a, ep.graph, Consts(ep.graph_module, ep), "")
+    copies = _read_graph(a, ep.graph, Consts(ep.graph_module, ep), "")
     subs = [(name, sub) for name, sub in ep.graph_module.named_children() if isinstance(sub, fx.GraphModule)]
     while subs:  # (a nested cond's region is named `<outer>__<inner>`)
         name, sub = subs.pop()
-        _read_graph(a, sub.graph, Consts(sub, None), f"_{name}")
+        copies |= _read_graph(a, sub.graph, Consts(sub, None), f"_{name}")
         subs += [(f"{name}__{n}", m) for n, m in sub.named_children() if isinstance(m, fx.GraphModule)]
+    _through_copies(a, copies)
     return a
 
 
-def _read_graph(a: Anchors, graph: fx.Graph, consts: Consts, region: str) -> None:
+def _read_graph(a: Anchors, graph: fx.Graph, consts: Consts, region: str) -> set[str]:
+    """Reads `graph`'s anchors into `a`; returns its copies (one-input pass-through ops)."""
     from qflow.ir import activations, copy_chains
 
+    copies = set()
     for n in graph.nodes:
         key = n.name + region
         a.nodes.add(key)
@@ -65,7 +68,8 @@ def _read_graph(a: Anchors, graph: fx.Graph, consts: Consts, region: str) -> Non
         for i, x in enumerate(n.args):
             q = x.args[0] if x in dqs and x.args else None
             if hasattr(q, "op") and classify(target_name(q)) is OpClass.QUANTIZE and hasattr(q.args[0], "name"):
-                a.readers.setdefault(q.args[0].name + region, set()).add((key, i))
+                for src in _requant_sources(q):
+                    a.readers.setdefault(src.name + region, set()).add((key, i))
         out = _qdq(qs[0], consts) if qs else None
         inp = _qdq(dqs[0], consts) if dqs else None
         if out is not None:
@@ -74,6 +78,8 @@ def _read_graph(a: Anchors, graph: fx.Graph, consts: Consts, region: str) -> Non
             a.node_in[key] = inp
         a.ops[key] = _unary(n)
         name = base_name(target_name(n))
+        if cls is OpClass.PASSTHROUGH and name not in MULTI_INPUT_IDENTITY and name not in SELECT_INPUTS:
+            copies.add(key)
         if not region:  # (the serializer numbers a region's operators on their own)
             a.order.append((key, name))
         if name in ("constant_pad_nd", "pad"):  # constant_pad_nd(x, pad, value) / pad(x, pad, mode, value)
@@ -90,6 +96,36 @@ def _read_graph(a: Anchors, graph: fx.Graph, consts: Consts, region: str) -> Non
                 continue  # FuseConsecutiveClampsPass: one CLAMP, with the next activation's
             lo, hi = copy_chains.fused_bounds(n)  # type: ignore[misc]
             a.activations.append(Activation(key, lo, hi, out))
+    return copies
+
+
+def _requant_sources(q: fx.Node) -> list[fx.Node]:
+    """What the quantize `q` reads, and through standalone requants (a dequantize straight into a
+    quantize: one RESCALE, named after no PT2E op) what they read: an op reading `q`'s codes reads
+    theirs, rescaled."""
+    out, src = [], q.args[0]
+    while isinstance(src, fx.Node):
+        out.append(src)
+        inner = src.args[0] if classify(target_name(src)) is OpClass.DEQUANTIZE and src.args else None
+        if not (isinstance(inner, fx.Node) and classify(target_name(inner)) is OpClass.QUANTIZE and inner.args):
+            break
+        src = inner.args[0]
+    return out
+
+
+def _through_copies(a: Anchors, copies: set[str]) -> None:
+    """A copy (view, permute, expand, ...) that reads a value hands its codes on unchanged: the ops
+    reading the copy read the value too (`Anchors.readers`, closed over chains of copies)."""
+    for v in list(a.readers):
+        todo, seen = [n for n, _ in a.readers[v] if n in copies], set()
+        while todo:
+            c = todo.pop()
+            if c in seen:
+                continue
+            seen.add(c)
+            more = a.readers.get(c, set())
+            a.readers[v] |= more
+            todo += [n for n, _ in more if n in copies]
 
 
 def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anchors:

@@ -310,6 +310,7 @@ class Interpreter:
         self.dom: dict[str, Dom] = {}
         self.why: dict[str, str] = {}  # tensor → why its scale is unknown
         self.checks: list[Check] = []
+        self.realised: set[str] = set()  # the PT2E ops whose dropped requant a copy was matched to
         self.clamps: list[tuple[TosaOp, Dom, int, int]] = []
         self.float_clamps: dict[str, tuple[float, float]] = {}  # float CLAMP output → its bounds
         #: float tensors computed from integer codes (a dequantize inside an INT+FP partition): their
@@ -682,7 +683,7 @@ class Interpreter:
             return
         like = [
             (v, want) for v, e in self.a.dropped.items()
-            if not e.is_float and (d := self.a.node_in.get(v)) is not None
+            if not e.is_float and v not in self.realised and (d := self.a.node_in.get(v)) is not None
             and _same_dom(got, replace_dtype(_dom_of(d), got.dtype, True)) and _same_shape(self.a.shapes.get(v), shape)
             and not _same_dom(got, want := replace_dtype(_dom_of(e), got.dtype, keep_unsigned=True))
             and self._read_by(out, self.a.readers.get(v, set()))
@@ -690,6 +691,7 @@ class Interpreter:
         if len(like) != 1:
             return
         (node, want), read_as = like[0], self.a.dropped[like[0][0]]
+        self.realised.add(node)  # (once: codes requantized back into its input's domain are not its copy)
         self.checks.append(
             Check(False, op.op, op.index, out, node, f"{op.op} #{op.index} copies codes in {got} that the program "
                   f"reads on in {describe(read_as)}: the requant after {node} is dropped", got.domain(), read_as,
@@ -699,7 +701,8 @@ class Interpreter:
 
     def _read_by(self, tensor: str, readers: set[tuple[str, int]]) -> bool:
         """Is `tensor` read, through copies, by an op that came from one of `readers` (a PT2E node and the
-        argument it reads there; a RESCALE serves its op whatever argument it rescales)?"""
+        argument it reads there; a RESCALE serves its op whatever argument it rescales)? A RESCALE that
+        serves none of them is passed as a standalone requant (the readers follow those too)."""
         nodes = {n for n, _ in readers}
         frontier, seen = [tensor], set()
         while frontier:
@@ -708,10 +711,11 @@ class Interpreter:
                 continue
             seen.add(t)
             for c in self._cons.get(t, []):
-                if c.op in _COPY:
-                    frontier += c.outputs[:1]
-                elif (node := self.node_of(c)) in nodes and (c.op == "RESCALE" or (node, c.inputs.index(t)) in readers):
+                node = None if c.op in _COPY else self.node_of(c)
+                if node in nodes and (c.op == "RESCALE" or (node, c.inputs.index(t)) in readers):
                     return True
+                if c.op in _COPY or c.op == "RESCALE":
+                    frontier += c.outputs[:1]
         return False
 
     def op_CONCAT(self, op: TosaOp) -> None:  # noqa: N802
