@@ -188,6 +188,11 @@ CASES: dict[str, tuple[str, str]] = {
         "on as int16 by a RESCALE, a CONV2D bias and the output: the drop the partition's own obligation weighs "
         "(masked), seen again downstream in the artifact",
     ),
+    "00610-tx-arm-custom": (
+        "exact",
+        "former lowered-form false alarm: an expand whose int8 -> int16 requant Arm drops, read through a "
+        "standalone requant back into int8 (a RESCALE named after no PT2E op) by a bmm",
+    ),
     # a miscompile only the narrow inputs show (2026-11-27)
     "00766-tx-arm-custom": (
         "miscompile",
@@ -340,15 +345,18 @@ def test_a_softmax_over_one_element_masks_a_dropped_requant(campaign: Any) -> No
     assert rec["qflow"]["lowered"]["verdict"] != "error", rec["qflow"]["lowered"]["findings"]
 
 
-def test_an_artifact_copy_that_realises_a_dropped_requant_is_weighed_with_it(campaign: Any) -> None:
-    """00950-tx-arm-custom: the lowered program's artifact check matches the TOSA RESHAPE to the view whose
-    requant the partition drops (its input domain, its shape, the RESCALE of the view's reader), records the
-    drop there as the partition's, and checks the ops downstream against the domain they read it in. The
-    view's obligation weighs it: masked, and no artifact mismatch is left (there were three, all the same
-    drop: a RESCALE's input zero point, a CONV2D bias, the output's scale)."""
+@pytest.mark.parametrize("cid", ["00950-tx-arm-custom", "00610-tx-arm-custom"])
+def test_an_artifact_copy_that_realises_a_dropped_requant_is_weighed_with_it(campaign: Any, cid: str) -> None:
+    """The lowered program's artifact check matches the TOSA copy to the view whose requant the partition
+    drops (its input domain, its shape, an op after it that came from one of the view's readers), records
+    the drop there as the partition's, and checks the ops downstream against the domain they read it in.
+    The view's obligation weighs it: masked, and no artifact mismatch is left. 00950: three mismatches, all
+    the same drop (a RESCALE's input zero point, a CONV2D bias, the output's scale). 00610: the reader is
+    behind a standalone requant (a RESCALE no PT2E op is named for) that takes the codes back into the
+    view's input domain, where the copy after it must not be matched to the drop again."""
     import summary
 
-    rec = campaign("00950-tx-arm-custom")
+    rec = campaign(cid)
     assert summary.truth(rec) == "exact", rec.get("err")
     lowered = rec["qflow"]["lowered"]
     assert lowered["verdict"] == "proved", lowered["findings"]
