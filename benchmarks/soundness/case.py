@@ -204,6 +204,48 @@ def domain_inputs(converted: torch.fx.GraphModule, tests: list[Inputs], seed: in
     return out + narrow
 
 
+def random_inputs(converted: torch.fx.GraphModule, tests: list[Inputs], seed: int, n: int) -> list[Inputs]:
+    """`n` more test inputs over each input's quantization range (`rejudge.py`): every other one uniform
+    over it, the rest narrow — a random centre and a random spread of at most 30 % of the range (norms
+    and softmax compute on a row's spread). Chosen from the program and the seed alone."""
+    ranges = _input_ranges(converted, tests)
+    gen = torch.Generator().manual_seed(seed + 3)
+    out = []
+    for k in range(n):
+        xs = []
+        for t, (lo, hi) in zip(tests[0], ranges, strict=True):
+            if not t.is_floating_point():
+                xs.append(t)
+                continue
+            if k % 2 == 0:
+                x = torch.rand(t.shape, generator=gen) * (hi - lo) + lo
+            else:
+                centre, spread = (float(torch.rand(1, generator=gen)) for _ in range(2))
+                x = lo + (hi - lo) * (centre + (torch.rand(t.shape, generator=gen) - 0.5) * 0.3 * spread)
+            xs.append(t.clone().copy_(torch.clamp(x, lo, hi)))
+        out.append(tuple(xs))
+    return out
+
+
+def quantized(variant: str, spec: dict[str, Any], index: int, sink: dict[str, Any]) -> tuple[Any, ...]:
+    """(the converted program, its calibration samples, its test inputs) of a case: its seeds make the
+    same program every time (`run_case`, `rejudge.py`). `sink` gets the custom overrides."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from qflow.targets.arm.pipeline import export_module
+
+    rng = random.Random(index * 7919 + 17)
+    samples = sample_inputs(spec, N_CALIB, seed=index)
+    tests = samples[:N_TEST] + [spanning_input(samples, seed=index)]
+    model = SpecModel(spec).eval().requires_grad_(False)  # an inference program (no autograd in the runtime)
+    model, samples, tests = _layout(variant, model, samples, tests)
+    prepared = prepare_pt2e(export_module(model, samples[0]), make_quantizer(variant, rng, sink))
+    with torch.no_grad():
+        for s in samples:
+            prepared(*s)
+    return convert_pt2e(prepared), samples, tests
+
+
 def case_id(index: int, variant: str | None = None) -> str:
     """`00012-arm-pc`: the generator seed and the quantization variant."""
     return f"{index:05d}-{variant or VARIANTS[index % len(VARIANTS)]}"
@@ -736,28 +778,11 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
     _CURRENT.update(rec)
     rec = _CURRENT  # the same dict: each stage's checkpoint holds everything recorded so far
     t0 = time.perf_counter()
-    rng = random.Random(index * 7919 + 17)
-    samples = sample_inputs(spec, N_CALIB, seed=index)
-    tests = samples[:N_TEST] + [spanning_input(samples, seed=index)]
-    model = SpecModel(spec).eval().requires_grad_(False)  # an inference program (no autograd in the runtime)
-    model, samples, tests = _layout(variant, model, samples, tests)
     sink: dict[str, Any] = {}
     # quantize (a failure here is not the backend's: the case is invalid)
     try:
-        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-        from qflow.targets.arm.pipeline import export_module
-
         stage("quantize")
-
-        def _quantize() -> torch.fx.GraphModule:
-            prepared = prepare_pt2e(export_module(model, samples[0]), make_quantizer(variant, rng, sink))
-            with torch.no_grad():
-                for s in samples:
-                    prepared(*s)
-            return convert_pt2e(prepared)
-
-        converted = _timed(rec, "quantize", _quantize)
+        converted, samples, tests = _timed(rec, "quantize", lambda: quantized(variant, spec, index, sink))
         exported = torch.export.export(converted, samples[0], strict=True)
     except Exception as e:  # noqa: BLE001
         rec.update(outcome="quantize-failed", error=_err(e), overrides=sink.get("overrides"))
@@ -823,21 +848,11 @@ def reanalyze(rec: dict[str, Any]) -> dict[str, Any]:
     """`rec` with its `annotated` and `pre` verdicts re-made by this qflow (the backend's outcome kept):
     the same seeds quantize the same program, so a qflow fix is re-scored without lowering again.
     `qflow_rev_pre` says which qflow made them."""
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-    from qflow.targets.arm.pipeline import export_module
-
     index, full = parse_id(rec["id"])
     variant, spec = base_variant(full), generate(index, menu_of(full))
-    rng = random.Random(index * 7919 + 17)
-    samples = sample_inputs(spec, N_CALIB, seed=index)
     sink: dict[str, Any] = {}
-    model, samples, _ = _layout(variant, SpecModel(spec).eval(), samples, [])
-    prepared = prepare_pt2e(export_module(model, samples[0]), make_quantizer(variant, rng, sink))
-    with torch.no_grad():
-        for x in samples:
-            prepared(*x)
-    exported = torch.export.export(convert_pt2e(prepared), samples[0], strict=True)
+    converted, samples, _ = quantized(variant, spec, index, sink)
+    exported = torch.export.export(converted, samples[0], strict=True)
     out = copy.deepcopy(rec)
     out.setdefault("time", {})
     if "annotated" in sink:

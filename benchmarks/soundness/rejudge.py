@@ -1,0 +1,104 @@
+"""Judge recorded cases again on more test inputs: is a false alarm a miscompile the inputs missed?
+
+    python benchmarks/soundness/rejudge.py --records results-a.jsonl results-b.jsonl \\
+        --ids @ids.txt --inputs 64 --out rejudged.jsonl [--attribute]
+
+A false alarm is an error on a program the campaign's inputs (3 samples and ~25 chosen from the program:
+`case.domain_inputs`) found within the band; qflow's bounds are over every code that can reach a value,
+so the question is whether those inputs reach the codes. For each case this rebuilds the same program
+(its seeds), lowers it, and runs `--inputs` more inputs (`case.random_inputs`: uniform and narrow over each
+input's quantization range, chosen from the program and the seed alone — no verdict of qflow steers them)
+on the backend against the fake-quantized model, under the record's own grids (the same band).
+
+Each output record is the input record with `err` the worse of the campaign's and the new inputs' per
+output (`err_campaign` keeps the first; `more` says what ran), so `summary.py` reads the verdicts
+against the stronger oracle. Judge every verdict class alike (the proved ones too, where the stronger
+oracle can only add misses): re-judging the flagged cases alone can only turn false alarms into hits.
+`--attribute` also runs qflow's repair of the program on the same inputs (`more.repaired`: its error
+against the original fake-quantized model) — whether the flagged violation is what moves the outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import case  # noqa: E402
+from gen import generate  # noqa: E402
+from summary import load  # noqa: E402
+
+
+def _merged(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """The worse of two `case.compare` results, output by output."""
+    if "outputs" not in a or "outputs" not in b:
+        return a if "why" in a else b
+    worst = dict(b if b.get("ratio", 0.0) > a.get("ratio", 0.0) else a)
+    worst["outputs"] = [x if x["lsb"] >= y["lsb"] else y for x, y in zip(a["outputs"], b["outputs"], strict=True)]
+    return worst
+
+
+def rejudge(rec: dict[str, Any], n: int, attribute: bool) -> dict[str, Any]:
+    index, full = case.parse_id(rec["id"])
+    variant = case.base_variant(full)
+    t0 = time.perf_counter()
+    sink: dict[str, Any] = {}
+    converted, samples, tests = case.quantized(variant, generate(index, case.menu_of(full)), index, sink)
+    if sink.get("overrides") != rec.get("overrides"):
+        raise RuntimeError(f"not the recorded program: overrides {sink.get('overrides')} != {rec.get('overrides')}")
+    exported = torch.export.export(converted, samples[0], strict=True)
+    inputs = case.random_inputs(converted, tests, seed=index, n=n)
+    with torch.no_grad():
+        want = [case._as_list(converted(*x)) for x in inputs]
+    grids = rec["grids"]
+    edge, _ = case.lower(variant, copy.deepcopy(exported), tests[0])
+    err = case.compare([case.run_backend(variant, edge, x) for x in inputs], want, grids)
+    more: dict[str, Any] = {"inputs": n, "err": err}
+    if attribute and (rec.get("repair") or {}).get("status") == "repaired":
+        import qflow
+
+        fixed = case._with_target(qflow.repair, case.target_of(variant))(copy.deepcopy(exported))
+        fedge, _ = case.lower(variant, copy.deepcopy(fixed), tests[0])
+        more["repaired"] = case.compare([case.run_backend(variant, fedge, x) for x in inputs], want, grids)
+    more["qflow_rev"], more["time"] = case.qflow_revision(), round(time.perf_counter() - t0, 3)
+    out = copy.deepcopy(rec)
+    out["err_campaign"], out["err"], out["more"] = rec["err"], _merged(rec["err"], err), more
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--records", nargs="+", required=True, help="results files (the last record of an id wins)")
+    ap.add_argument("--ids", required=True, help="comma-separated, or @FILE with one per line")
+    ap.add_argument("--inputs", type=int, default=64)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--attribute", action="store_true", help="also run qflow's repair on the same inputs")
+    args = ap.parse_args()
+    ids = Path(args.ids[1:]).read_text().split() if args.ids.startswith("@") else args.ids.split(",")
+    recs = {r["id"]: r for r in load([Path(p) for p in args.records])}
+    out = Path(args.out)
+    done = {r["id"] for r in load([out])} if out.exists() else set()
+    for cid in ids:
+        rec = recs.get(cid)
+        if cid in done or rec is None or not rec.get("err") or not rec.get("grids"):
+            continue
+        try:
+            new = rejudge(rec, args.inputs, args.attribute)
+        except Exception as e:  # noqa: BLE001 - one case's failure is recorded, the rest go on
+            new = copy.deepcopy(rec)
+            new["more"] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-1500:]}
+        with out.open("a") as f:
+            f.write(json.dumps(new) + "\n")
+        print(cid, json.dumps({k: v for k, v in new["more"].items() if k != "trace"})[:300], flush=True)
+
+
+if __name__ == "__main__":
+    main()
