@@ -492,18 +492,12 @@ class TextProver(Prover):
             f = self._tformulas[key] = (f"(not {smtlib.obligation_text(ob, lhs, rhs)})", lhs.decls + rhs.decls)
         return f
 
-    def _prove_batch(
-        self,
-        solver: z3.Solver,
-        batch: list[tuple[list[str], list[Obligation]]],
-        results: dict[int, Result],
-    ) -> None:
-        """As `Prover._prove_batch`: one call proves a batch that holds, a failing batch is
-        bisected; a single failing region goes to the reference encoding."""
+    def _check_jointly(self, solver: z3.Solver, batch: list[tuple[list[str], list[Obligation]]]) -> z3.CheckSatResult:
+        """As `Prover._check_jointly`, asked as one SMT-LIB text (a failing single region then goes to
+        the reference encoding)."""
         negations: dict[str, None] = {}  # identical formulas (repeated blocks) asked once
         extras: dict[str, None] = {}  # declarations and group facts, each once
-        obs = [o for _, region_obs in batch for o in region_obs]
-        for o in obs:
+        for o in (o for _, region_obs in batch for o in region_obs):
             neg, extra = self.tformula(o)
             negations[neg] = None
             if extra:
@@ -512,20 +506,11 @@ class TextProver(Prover):
         # nothing the batch asks (its unknowns occur nowhere else)
         goal = next(iter(negations)) if len(negations) == 1 else f"(or {' '.join(negations)})"
         text = "".join(extras) + f"(assert {goal})"
-        self.stats.solver_checks += 1
         solver.push()
         solver.add(z3.parse_smt2_string(text, ctx=self.enc.ctx))
         verdict = solver.check()
         solver.pop()
-        if verdict == z3.unsat:
-            for o in obs:
-                results[id(o)] = self._proved(o)
-        elif len(batch) > 1:
-            half = len(batch) // 2
-            self._prove_batch(solver, batch[:half], results)
-            self._prove_batch(solver, batch[half:], results)
-        else:
-            self._refute(batch[0], results)
+        return verdict
 
 
 def obligation_formula(enc: Encoder, ob: Obligation, lhs: Terms, rhs: Terms) -> z3.BoolRef:
