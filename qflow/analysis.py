@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 
 import networkx as nx
 
+from qflow import targets
 from qflow.bounds import Bound
 from qflow.errors import InputError
 from qflow.gc_pause import paused_gc
@@ -20,6 +21,7 @@ from qflow.ops import OpClass
 from qflow.report.kinds import kind
 from qflow.report.model import NOTHING_QUANTIZED, SEVERITIES, Finding, Report
 from qflow.solvers.prove import Result, Side, Status, prove
+from qflow.targets import Outcome
 
 _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+)')
 _LIBRARY_PATHS = ("/torch/", "/torchao/", "/executorch/", "<frozen", "<string>")
@@ -166,9 +168,6 @@ _CONTRACT_KINDS = frozenset(
 
 def _breaks_on(target: str, where: tuple[str, ...], kind_id: str) -> dict[str, str]:
     """target name → how the program breaks there."""
-    from qflow import targets
-    from qflow.targets import Outcome
-
     t = targets.get(target)
     names = where or t.members or (t.name,)
     how = {n: targets.get(n).outcome if kind_id in _CONTRACT_KINDS else Outcome.MISCOMPILE for n in names}

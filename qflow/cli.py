@@ -21,11 +21,12 @@ from typing import Any
 
 from qflow import __version__, targets
 from qflow.errors import InputError, ProofError, QflowError
+from qflow.gc_pause import paused_gc
 from qflow.report.junit import render_junit
 from qflow.report.kinds import KINDS
 from qflow.report.markdown import render_markdown
 from qflow.report.model import FAIL_LEVELS, Report
-from qflow.report.sarif import render_sarif
+from qflow.report.sarif import display_path, render_sarif
 
 EXIT_PROVED, EXIT_NOT_PROVED, EXIT_BAD_INPUT = 0, 1, 2
 FORMATS = ("text", "json", "markdown", "sarif", "junit")
@@ -94,7 +95,6 @@ def _sarif_with_bad_inputs(log: dict[str, Any], bad: Sequence[BadInput]) -> dict
     what kept the tool from analysing an artifact), located at the file."""
     if not bad:
         return log
-    from qflow.report.sarif import display_path
 
     def where(path: str) -> dict[str, Any]:
         uri, relative = display_path(path)
@@ -193,7 +193,6 @@ def _explore(explorer: Any, directory: Path, drawn: list[Any]) -> bool:
 def _check(args: argparse.Namespace) -> int:
     from qflow.analysis import analyze_graph
     from qflow.api import analyze, domain_graph
-    from qflow.gc_pause import paused_gc
     from qflow.solvers.repair import plan_repair
 
     picture = _picture_module() if args.graph else None

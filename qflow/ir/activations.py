@@ -18,7 +18,7 @@ import torch.fx as fx
 from qflow.domain import Domain
 from qflow.graph import DomainGraph, Obligation, ObligationKind
 from qflow.ir.fx_nodes import quant_args_domain, target_name
-from qflow.ops import base_name
+from qflow.ops import OpClass, base_name, classify
 from qflow.targets import Fusion, Target
 
 #: The ops a fusing target (Arm FuseQuantizedActivationPass) folds the next activation into.
@@ -107,8 +107,6 @@ def domain_through(node: fx.Node) -> tuple[fx.Node, Domain] | None:
     them. Its rescale targets that domain, saturating only to the dtype range;
     the clamp then enforces the bounds, so the producer's domain is the
     activation's, widened to the dtype range."""
-    from qflow.ops import OpClass, classify
-
     if base_name(target_name(node)) not in PRODUCERS:
         return None
     user = node

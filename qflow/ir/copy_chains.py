@@ -33,6 +33,7 @@ import torch.fx as fx
 from qflow.domain import Domain
 from qflow.ir import activations
 from qflow.ir.fx_nodes import target_name
+from qflow.ops import base_name
 
 #: A predicate on FX nodes: does the target lower this node as a copy of its single input's codes?
 CopiesCodes = Callable[[fx.Node], bool]
@@ -50,8 +51,6 @@ class Carry:
 
 
 def _is(node: fx.Node, name: str) -> bool:
-    from qflow.ops import base_name
-
     return node.op == "call_function" and base_name(target_name(node)) == name
 
 

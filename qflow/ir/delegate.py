@@ -24,6 +24,7 @@ import torch.fx as fx
 
 from qflow.domain import FLOAT, Domain
 from qflow.ir.fx_nodes import Consts, dtype_name, qdq_domain, target_name
+from qflow.ops import OpClass, classify
 
 ITEMSIZE = {"bool": 1, "int4": 1, "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8, "float16": 2}
 ITEMSIZE |= {"bfloat16": 2, "float32": 4, "float64": 8}
@@ -130,8 +131,6 @@ def boundaries(lowered: Any) -> tuple[list[BoundaryInput], list[BoundaryOutput]]
 
 def boundary_outputs(lowered: Any) -> list[BoundaryOutput]:
     """What each output of a lowered partition produces, by its own program."""
-    from qflow.ops import OpClass, classify
-
     ep = lowered.original_module
     consts = Consts(ep.graph_module, ep)
     result = []

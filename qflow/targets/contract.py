@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from qflow.ops import OpClass, classify
+
 
 class OpRule(enum.Enum):
     """How a backend lowers an op whose output domain differs from its input's."""
@@ -205,6 +207,4 @@ class Target:
 
 def default_rule(op: str) -> OpRule:
     """What an op does with a domain change when no target says otherwise."""
-    from qflow.ops import OpClass, classify
-
     return OpRule.CODE_COPY if classify(op) in (OpClass.PASSTHROUGH, OpClass.UNKNOWN) else OpRule.RESCALE

@@ -8,6 +8,7 @@ everywhere. Findings name the targets on which the program breaks.
 
 from __future__ import annotations
 
+from qflow.targets import arm, xnnpack
 from qflow.targets.contract import STRICTNESS, Fusion, Target
 
 
@@ -27,10 +28,4 @@ def combine(name: str, members: list[Target]) -> Target:
     )
 
 
-def _members() -> list[Target]:
-    from qflow.targets import arm, xnnpack
-
-    return [arm.TARGET, xnnpack.TARGET]
-
-
-TARGET = combine("generic", _members())
+TARGET = combine("generic", [arm.TARGET, xnnpack.TARGET])

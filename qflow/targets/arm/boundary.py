@@ -18,6 +18,7 @@ from qflow.domain import Domain
 from qflow.graph import ObligationKind
 from qflow.ir.delegate import ITEMSIZE, BoundaryInput, BoundaryOutput, placeholder_dtypes
 from qflow.ir.fx_nodes import dtype_name, qdq_domain, quant_args_domain, target_name
+from qflow.ops import OpClass, classify
 from qflow.targets.arm import tosa_io
 from qflow.targets.arm.vela import ELEM_DTYPE, io_elem_sizes
 
@@ -39,8 +40,6 @@ def _folded_output(o: fx.Node) -> tuple[str, Domain | None]:
     """A folded node's output dtype and domain from its qparams, following
     pass-through ops back to the op that owns them (after the fold, meta['val']
     is whatever the fake kernel says, e.g. int32 for a linear)."""
-    from qflow.ops import OpClass, classify
-
     node = o
     for _ in range(64):
         qp = node.meta.get("output_qparams") or node.meta.get("input_qparams") or {}

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from qflow.ir.fx_nodes import target_name
+from qflow.ops import OpClass, classify
 from qflow.report.model import Finding, Report
 from qflow.targets.arm import TARGET
 
@@ -139,7 +140,6 @@ def blame_lowered(program: Any, analyze: Analyze, spec: str | None = None) -> li
     delegate's own compile spec."""
     from qflow.ir.delegate import lowered_module
     from qflow.ir.load import graph_module_of
-    from qflow.ops import OpClass, classify
 
     gm, _ = graph_module_of(program)
     out = []
