@@ -16,16 +16,23 @@ against the stronger oracle. Judge every verdict class alike (the proved ones to
 oracle can only add misses): re-judging the flagged cases alone can only turn false alarms into hits.
 `--attribute` also runs qflow's repair of the program on the same inputs (`more.repaired`: its error
 against the original fake-quantized model) — whether the flagged violation is what moves the outputs.
+`--cmsis-single-rounding` runs the Cortex-M reference kernels with CMSIS-NN's single rounding (a build with
+`CMSIS_NN_USE_SINGLE_ROUNDING`) in place of the double rounding they simulate, and records the error on the
+new inputs alone (`err`; not merged with the campaign's, which ran double rounding): on the same inputs as a
+run without it, whether a deviation is the kernels' rounding or something else.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import importlib
 import json
 import sys
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +53,28 @@ def _merged(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return worst
 
 
-def rejudge(rec: dict[str, Any], n: int, attribute: bool) -> dict[str, Any]:
+def _single_rounding(val: torch.Tensor, multiplier: int, shift: int) -> torch.Tensor:
+    """CMSIS-NN's `arm_nn_requantize` built with CMSIS_NN_USE_SINGLE_ROUNDING: val · multiplier / 2^(31 − shift),
+    rounded once, half up."""
+    result = (val.to(torch.int64) * int(multiplier)) >> (31 - shift - 1)
+    return ((result + 1) >> 1).to(torch.int32)
+
+
+@contextmanager
+def cmsis_single_rounding() -> Iterator[None]:
+    """The Cortex-M dialect's reference kernels, rounding once where they simulate CMSIS-NN's default double
+    rounding (`requantize_cmsis`: a doubling high multiply rounded, then a rounding right shift)."""
+    importlib.import_module("qflow.targets.cortex_m.pipeline")  # (the dialect as the campaign loads it, first)
+    operators = importlib.import_module("executorch.backends.cortex_m.ops.operators")
+    double = operators.requantize_cmsis
+    operators.requantize_cmsis = _single_rounding
+    try:
+        yield
+    finally:
+        operators.requantize_cmsis = double
+
+
+def rejudge(rec: dict[str, Any], n: int, attribute: bool, single: bool = False) -> dict[str, Any]:
     index, full = case.parse_id(rec["id"])
     variant = case.base_variant(full)
     t0 = time.perf_counter()
@@ -69,8 +97,10 @@ def rejudge(rec: dict[str, Any], n: int, attribute: bool) -> dict[str, Any]:
         fedge, _ = case.lower(variant, copy.deepcopy(fixed), tests[0])
         more["repaired"] = case.compare([case.run_backend(variant, fedge, x) for x in inputs], want, grids)
     more["qflow_rev"], more["time"] = case.qflow_revision(), round(time.perf_counter() - t0, 3)
+    if single:
+        more["rounding"] = "CMSIS-NN single rounding"
     out = copy.deepcopy(rec)
-    out["err_campaign"], out["err"], out["more"] = rec["err"], _merged(rec["err"], err), more
+    out["err_campaign"], out["err"], out["more"] = rec["err"], err if single else _merged(rec["err"], err), more
     return out
 
 
@@ -81,6 +111,9 @@ def main() -> None:
     ap.add_argument("--inputs", type=int, default=64)
     ap.add_argument("--out", required=True)
     ap.add_argument("--attribute", action="store_true", help="also run qflow's repair on the same inputs")
+    ap.add_argument(
+        "--cmsis-single-rounding", action="store_true", help="Cortex-M: the reference kernels round once (see above)"
+    )
     args = ap.parse_args()
     ids = Path(args.ids[1:]).read_text().split() if args.ids.startswith("@") else args.ids.split(",")
     recs = {r["id"]: r for r in load([Path(p) for p in args.records])}
@@ -91,7 +124,11 @@ def main() -> None:
         if cid in done or rec is None or not rec.get("err") or not rec.get("grids"):
             continue
         try:
-            new = rejudge(rec, args.inputs, args.attribute)
+            if args.cmsis_single_rounding:
+                with cmsis_single_rounding():
+                    new = rejudge(rec, args.inputs, args.attribute, single=True)
+            else:
+                new = rejudge(rec, args.inputs, args.attribute)
         except Exception as e:  # noqa: BLE001 - one case's failure is recorded, the rest go on
             new = copy.deepcopy(rec)
             new["more"] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-1500:]}
