@@ -177,6 +177,9 @@ class DomainGraph:
     #: A partition's input placeholder → the value its delegate call feeds it, where both hold the same
     #: reals (one domain, or both float): `ranges` carries the parent's interval in.
     fed: dict[str, str] = field(default_factory=dict)
+    #: A value no output depends on but through an activation that outputs one value for every code it can
+    #: read → that activation (`integrations.masked`): what the backend computes there cannot be seen.
+    unreached: dict[str, str] = field(default_factory=dict)
     #: name → Value. The networkx graph holds the uses (its nodes carry no attributes):
     #: the analysis reads every value, and a dict is read without networkx's views.
     _by_name: dict[str, Value] = field(default_factory=dict, init=False, repr=False)
@@ -338,6 +341,7 @@ class DomainGraph:
             edge = (f"{prefix}/{ob.edge[0]}", f"{prefix}/{ob.edge[1]}") if ob.edge else None
             self.oblige(replace(ob, node=ren(ob.node), value=ren(ob.value), other=ren(ob.other), edge=edge))
         self.notes += [f"{prefix}: {n}" for n in sub.notes]
+        self.unreached.update({f"{prefix}/{n}": f"{prefix}/{a}" for n, a in sub.unreached.items()})
 
 
 def _quantized(d: Domain | None) -> bool:

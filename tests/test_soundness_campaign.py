@@ -199,6 +199,11 @@ CASES: dict[str, tuple[str, str]] = {
         "former false alarm: two means of one LayerNorm input in different domains, merged by Arm "
         "FuseDuplicateUsersPass; 6 output LSB off only where the row's values lie close together (case.NARROW_LEVELS)",
     ),
+    "03086-tx-arm-custom": (
+        "exact",
+        "held-out seed, former lowered false alarm: the TOSA artifact's RESCALE after a cat whose requant Arm "
+        "drops and an exp TABLE reading codes in another scale, both behind a relu constant over its input's codes",
+    ),
 }
 #: Miscompiles repair does not fix: it inserts requants, and an activation the backend runs on codes
 #: with its real bounds needs its annotation changed instead, and no requant makes the backend clamp a
@@ -363,6 +368,22 @@ def test_an_artifact_copy_that_realises_a_dropped_requant_is_weighed_with_it(cam
     drops = [f for f in lowered["findings"] if f["kind"] == "requant-after-passthrough"]
     assert drops and all(f["severity"] == "info" for f in drops), drops  # (masked: an info finding)
     assert not [f for f in lowered["findings"] if f["kind"] == "tosa-artifact-mismatch"]
+
+
+def test_an_artifact_mismatch_no_output_sees_is_let_go_with_the_partition(campaign: Any) -> None:
+    """03086-tx-arm-custom: a custom domain on a cat whose requant Arm drops, inside attention whose only way to
+    the output is a relu whose input's every code is <= 0 (masked-by-constant). The partition's obligations
+    there are let go; the TOSA artifact's checks at the same nodes (the RESCALE reading the concat with the cat's
+    zero point, the exp TABLE reading the wrong scale) were errors on a program the reference model computes
+    exactly. They go with the partition's (`DomainGraph.unreached`); without the constant relu they stay
+    errors (tests/test_masked.py)."""
+    rec = campaign("03086-tx-arm-custom")
+    import summary
+
+    assert summary.truth(rec) == "exact", rec.get("err")
+    lowered = rec["qflow"]["lowered"]
+    assert lowered["verdict"] == "proved", lowered["findings"]
+    assert any(f["kind"] == "masked-by-constant" for f in lowered["findings"]), lowered["findings"]
 
 
 def test_a_weight_reshape_is_computed_ahead_of_time_before_calibration(campaign: Any) -> None:

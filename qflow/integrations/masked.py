@@ -126,6 +126,8 @@ def let_go(gm: fx.GraphModule, dg: DomainGraph, fuse_clamps: bool = True) -> Non
         region = {domain_of[n].dtype for n in dead if n in quantizes}  # weights and biases keep their dtypes
         if region - {c.domain.dtype}:
             continue
+        for n in dead:
+            dg.unreached.setdefault(n, c.node.name)
         gone = [
             ob
             for ob in dg.obligations
