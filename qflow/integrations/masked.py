@@ -13,6 +13,8 @@ Only a target on which those obligations break as a silent miscompile (Arm)
 lets them go: on a target that refuses the program (XNNPACK at load), a dead
 branch is refused all the same. Only the miscompile kinds are let go, and only
 in a region of one integer dtype: a dtype change there can fail the lowering.
+The region is recorded (`DomainGraph.unreached`): a lowered program's TOSA artifact checks
+anchored there go with it.
 """
 
 from __future__ import annotations
