@@ -17,9 +17,10 @@ oracle can only add misses): re-judging the flagged cases alone can only turn fa
 `--attribute` also runs qflow's repair of the program on the same inputs (`more.repaired`: its error
 against the original fake-quantized model) — whether the flagged violation is what moves the outputs.
 `--cmsis-single-rounding` runs the Cortex-M reference kernels with CMSIS-NN's single rounding (a build with
-`CMSIS_NN_USE_SINGLE_ROUNDING`) in place of the double rounding they simulate, and records the error on the
-new inputs alone (`err`; not merged with the campaign's, which ran double rounding): on the same inputs as a
-run without it, whether a deviation is the kernels' rounding or something else.
+`CMSIS_NN_USE_SINGLE_ROUNDING`) in place of the double rounding they simulate, on the campaign's inputs and
+the new ones, and records that error alone (`err`; not merged with the campaign's, which ran double
+rounding): on the same inputs as a run without it, whether a deviation is the kernels' rounding or something
+else.
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ def rejudge(rec: dict[str, Any], n: int, attribute: bool, single: bool = False) 
         raise RuntimeError(f"not the recorded program: overrides {sink.get('overrides')} != {rec.get('overrides')}")
     exported = torch.export.export(converted, samples[0], strict=True)
     inputs = case.random_inputs(converted, tests, seed=index, n=n)
+    if single:  # (the campaign's own inputs too: its verdict ran the double rounding on them)
+        inputs = tests + case.domain_inputs(converted, tests, seed=index) + inputs
     with torch.no_grad():
         want = [case._as_list(converted(*x)) for x in inputs]
     grids = rec["grids"]
