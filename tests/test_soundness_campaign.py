@@ -158,6 +158,12 @@ CASES: dict[str, tuple[str, str]] = {
         "former miss: CortexMPassManager writes a pad's pads for the other layout, so it pads C and W instead of H "
         "and W (output (1, 7, 2, 3), not (1, 6, 3, 3)); measured before the passes by running them",
     ),
+    "00736-cm": (
+        "miscompile",
+        "former miss: the pad of a cat of a one-channel input; its fake tensor is channels-last, eager torch.cat "
+        "returns it contiguous, and cortex_m.pad (pads in memory order) pads other dimensions: (1, 4, 4, 2), not "
+        "(1, 2, 4, 4)",
+    ),
     "01099-cm-custom": (
         "miscompile",
         "former miss: hardtanh(0, 6) -> requant -> clamp(-1, 1) round trip; Cortex-M keeps two clamps, each bounded "
@@ -208,7 +214,16 @@ CASES: dict[str, tuple[str, str]] = {
 #: Miscompiles repair does not fix: it inserts requants, and an activation the backend runs on codes
 #: with its real bounds needs its annotation changed instead, and no requant makes the backend clamp a
 #: conv it reads unclamped — it says so (ProofError), never a silently wrong program.
-UNREPAIRABLE = {"00014-cm", "00015-cm-custom", "00118-cm", "00158-cm", "00628-cm", "00872-cm", "00110-arm-a16w8"}
+UNREPAIRABLE = {
+    "00014-cm",
+    "00015-cm-custom",
+    "00118-cm",
+    "00158-cm",
+    "00736-cm",
+    "00628-cm",
+    "00872-cm",
+    "00110-arm-a16w8",
+}
 UNREPAIRABLE.add("00766-tx-arm-custom")  # (a skipped requant there stays unproven: there is no proof to repair to)
 # Cases where qflow is wrong today (the campaign's open findings).
 KNOWN_WRONG: dict[str, str] = {

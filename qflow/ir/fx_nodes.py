@@ -121,6 +121,36 @@ def static_shape(v: Any) -> tuple[int, ...] | None:
 SLICES = frozenset({"slice", "slice_copy"})
 
 
+def _layout_ambiguous(shape: tuple[int, ...]) -> bool:
+    """Is a 4-d tensor of `shape` laid out the same in NCHW and NHWC (one channel, or one pixel)?"""
+    return shape[1] == 1 or shape[2] == shape[3] == 1
+
+
+def eager_layout_differs(node: fx.Node) -> str | None:
+    """Why the tensor `node` reads (its first argument, through quantizes and dequantizes) may reach it
+    in another memory layout when the program runs in eager than its fake tensor records, or None: the
+    fake tensor of a `cat` of inputs laid out alike in both (one channel) is channels-last, eager
+    `torch.cat` returns it contiguous (measured: campaign case 00736-cm). A kernel whose arguments a
+    lowering writes in the memory order the fake tensor has then acts on other dimensions."""
+    src = node.args[0] if node.args else None
+    while isinstance(src, fx.Node) and classify(target_name(src)) in (OpClass.QUANTIZE, OpClass.DEQUANTIZE):
+        src = src.args[0] if src.args else None
+    if not isinstance(src, fx.Node) or base_name(target_name(src)) != "cat":
+        return None
+    val = val_of(src)
+    shape = static_shape(val)
+    if shape is None or len(shape) != 4 or _layout_ambiguous(shape) or list(val.dim_order()) != [0, 2, 3, 1]:
+        return None
+    parts = src.args[0] if src.args and isinstance(src.args[0], (list, tuple)) else []
+    shapes = [static_shape(val_of(a)) for a in parts if isinstance(a, fx.Node)]
+    if not any(s is not None and len(s) == 4 and _layout_ambiguous(s) for s in shapes):
+        return None
+    return (
+        f"{src.name} (cat) is channels-last in its fake tensor while eager torch.cat of its inputs (laid out alike "
+        "in NCHW and NHWC) returns it contiguous"
+    )
+
+
 def removed_by_to_edge(node: fx.Node) -> bool:
     """Is `node` a slice that keeps its input's whole (static) shape?
 
