@@ -213,7 +213,8 @@ CASES: dict[str, tuple[str, str]] = {
 }
 #: Miscompiles repair does not fix: it inserts requants, and an activation the backend runs on codes
 #: with its real bounds needs its annotation changed instead, and no requant makes the backend clamp a
-#: conv it reads unclamped — it says so (ProofError), never a silently wrong program.
+#: conv it reads unclamped or pads a tensor in another layout — it says so (ProofError), never a silently
+#: wrong program.
 UNREPAIRABLE = {
     "00014-cm",
     "00015-cm-custom",

@@ -595,13 +595,14 @@ def _pad_as_lowered(dg: DomainGraph, node: fx.Node, op: str, passes: PassRun) ->
     if padded is None or padded[0] == padded[1] or not lowered:
         return
     if (why := eager_layout_differs(node)) is not None:
-        return dg.oblige(
+        dg.oblige(
             Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind=KIND, holds=False, arg="pads",
                        detail=f"{node.name} ({op}): the cortex_m.pad CortexMPassManager makes of it pads in the memory "
                        f"order of its input's fake tensor, but {why}: run in eager, the reference kernels pad other "
                        "dimensions (measured, campaign case 00736-cm; a device, whose tensors follow the .pte's dim "
                        "orders, is not measured here).")
         )  # fmt: skip
+        return
     bad = [out for inp, out in lowered if (inp, out) != padded]
     shown = " and ".join(f"{list(i)} to {list(o)}" for i, o in lowered) or "nothing"
     dg.oblige(
