@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import math
 import os
 import random
 import time
@@ -497,11 +498,9 @@ TIE_JITTER = 1e-5
 TIE_TRIALS = 40
 
 
-def tie_sensitivity(converted: torch.fx.GraphModule, tests: list[Inputs]) -> list[float]:
-    """Per output, how far the fake-quantized model itself moves (real units) when every value it
-    requantizes is perturbed by a relative TIE_JITTER (seeded): the rounding ties another correct
-    kernel may break the other way, amplified downstream. Recorded beside the band, never widening
-    it (the truth rule is the capped band): it tells a miss that is a tie flip from a wrong domain."""
+def _jittered(converted: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`converted` with every value it requantizes (not its inputs) perturbed by a relative TIE_JITTER,
+    seeded: another correct kernel's rounding of the same reals."""
     gen = torch.Generator().manual_seed(0)
 
     def jitter(x: torch.Tensor) -> torch.Tensor:
@@ -514,6 +513,15 @@ def tie_sensitivity(converted: torch.fx.GraphModule, tests: list[Inputs]) -> lis
             with gm.graph.inserting_before(n):
                 n.replace_input_with(n.args[0], gm.graph.call_function(jitter, (n.args[0],)))
     gm.recompile()
+    return gm
+
+
+def tie_sensitivity(converted: torch.fx.GraphModule, tests: list[Inputs]) -> list[float]:
+    """Per output, how far the fake-quantized model itself moves (real units) when every value it
+    requantizes is perturbed by a relative TIE_JITTER (seeded): the rounding ties another correct
+    kernel may break the other way, amplified downstream. Recorded beside the band, never widening
+    it (the truth rule is the capped band): it tells a miss that is a tie flip from a wrong domain."""
+    gm = _jittered(converted)
     worst: list[float] = []
     with torch.no_grad():
         for x in tests:
@@ -522,6 +530,27 @@ def tie_sensitivity(converted: torch.fx.GraphModule, tests: list[Inputs]) -> lis
                 got = _as_list(gm(*x))
                 moved = [float((g - w).abs().max()) if w.numel() else 0.0 for g, w in zip(got, want, strict=True)]
                 worst = [max(a, b) for a, b in zip(worst, moved, strict=True)] if worst else moved
+    return worst
+
+
+def tie_resolutions(
+    converted: torch.fx.GraphModule, tests: list[Inputs], got: list[list[torch.Tensor]], trials: int
+) -> list[float]:
+    """Per output, the furthest any element of the backend's result `got` (one list per test input) is
+    from every result the fake-quantized model itself gives under `trials` jitters of what it requantizes
+    (real units; `_jittered`), on the same input. Within the band, each code the backend wrote is one the
+    model writes when a rounding tie breaks the other way: a tie resolution, input by input and element by
+    element, which the maxima `tie_sensitivity` compares cannot tell from a wrong domain."""
+    gm = _jittered(converted)
+    worst: list[float] = []
+    with torch.no_grad():
+        for x, out in zip(tests, got, strict=True):
+            nearest = [torch.full(o.shape, math.inf, dtype=torch.float64) for o in out]
+            for _ in range(trials):
+                for k, j in enumerate(_as_list(gm(*x))):
+                    nearest[k] = torch.minimum(nearest[k], (out[k].double() - j.double()).abs())
+            far = [float(n.max()) if n.numel() else 0.0 for n in nearest]
+            worst = [max(a, b) for a, b in zip(worst, far, strict=True)] if worst else far
     return worst
 
 

@@ -21,6 +21,11 @@ against the original fake-quantized model) — whether the flagged violation is 
 the new ones, and records that error alone (`err`; not merged with the campaign's, which ran double
 rounding): on the same inputs as a run without it, whether a deviation is the kernels' rounding or something
 else.
+`--ties N` judges nothing anew: on the campaign's own inputs it records, per output, how far the backend's result
+is from the nearest of N results the fake-quantized model gives with what it requantizes jittered
+(`case.tie_resolutions`, in output LSB: `more.ties`). Within the band, each code the backend wrote is one
+the model itself writes when a rounding tie breaks the other way, input by input and element by element:
+the evidence that a proved miscompile is a tie resolution and not a wrong domain.
 """
 
 from __future__ import annotations
@@ -75,15 +80,41 @@ def cmsis_single_rounding() -> Iterator[None]:
         operators.requantize_cmsis = double
 
 
-def rejudge(rec: dict[str, Any], n: int, attribute: bool, single: bool = False) -> dict[str, Any]:
+def _program(rec: dict[str, Any]) -> tuple[int, str, torch.fx.GraphModule, list[Any], Any]:
+    """(seed, variant, converted program, its test inputs, exported program) of a recorded case, rebuilt
+    from its seeds and checked to be the recorded one."""
     index, full = case.parse_id(rec["id"])
     variant = case.base_variant(full)
-    t0 = time.perf_counter()
     sink: dict[str, Any] = {}
     converted, samples, tests = case.quantized(variant, generate(index, case.menu_of(full)), index, sink)
     if sink.get("overrides") != rec.get("overrides"):
         raise RuntimeError(f"not the recorded program: overrides {sink.get('overrides')} != {rec.get('overrides')}")
-    exported = torch.export.export(converted, samples[0], strict=True)
+    return index, variant, converted, tests, torch.export.export(converted, samples[0], strict=True)
+
+
+def ties(rec: dict[str, Any], trials: int) -> dict[str, Any]:
+    """`rec` with `more.ties`: per output, the backend's distance in output LSB from the nearest
+    tie resolution of the fake-quantized model (`case.tie_resolutions`) on the campaign's inputs."""
+    t0 = time.perf_counter()
+    index, variant, converted, tests, exported = _program(rec)
+    inputs = tests + case.domain_inputs(converted, tests, seed=index)
+    edge, _ = case.lower(variant, copy.deepcopy(exported), tests[0])
+    got = [case.run_backend(variant, edge, x) for x in inputs]
+    with torch.no_grad():
+        want = [case._as_list(converted(*x)) for x in inputs]
+    far = case.tie_resolutions(converted, inputs, got, trials)
+    grids = rec["grids"]
+    lsb = [
+        None if g.get("out_scale") is None else round(f / g["out_scale"], 3) for f, g in zip(far, grids, strict=True)
+    ]
+    more = {"ties": lsb, "trials": trials, "err": case.compare(got, want, grids), "qflow_rev": case.qflow_revision()}
+    more["time"] = round(time.perf_counter() - t0, 3)
+    return {**copy.deepcopy(rec), "more": more}
+
+
+def rejudge(rec: dict[str, Any], n: int, attribute: bool, single: bool = False) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    index, variant, converted, tests, exported = _program(rec)
     inputs = case.random_inputs(converted, tests, seed=index, n=n)
     if single:  # (the campaign's own inputs too: its verdict ran the double rounding on them)
         inputs = tests + case.domain_inputs(converted, tests, seed=index) + inputs
@@ -117,6 +148,7 @@ def main() -> None:
     ap.add_argument(
         "--cmsis-single-rounding", action="store_true", help="Cortex-M: the reference kernels round once (see above)"
     )
+    ap.add_argument("--ties", type=int, default=0, metavar="N", help="tie resolutions, N jitters (see above)")
     args = ap.parse_args()
     ids = Path(args.ids[1:]).read_text().split() if args.ids.startswith("@") else args.ids.split(",")
     recs = {r["id"]: r for r in load([Path(p) for p in args.records])}
@@ -127,7 +159,9 @@ def main() -> None:
         if cid in done or rec is None or not rec.get("err") or not rec.get("grids"):
             continue
         try:
-            if args.cmsis_single_rounding:
+            if args.ties:
+                new = ties(rec, args.ties)
+            elif args.cmsis_single_rounding:
                 with cmsis_single_rounding():
                     new = rejudge(rec, args.inputs, args.attribute, single=True)
             else:

@@ -153,6 +153,13 @@ def tie(r: dict[str, Any]) -> float | None:
     return grids[out].get("tie") if isinstance(out, int) and out < len(grids) else None
 
 
+def resolution(r: dict[str, Any]) -> float | None:
+    """How far the judged output is from the nearest tie resolution of the FQ model, input by input
+    (`rejudge.py --ties`), in output LSB, when recorded: within the band, the backend broke ties."""
+    ties, out = (r.get("more") or {}).get("ties") or [], judge(r).get("output")
+    return ties[out] if isinstance(out, int) and out < len(ties) else None
+
+
 def _within_tie(r: dict[str, Any]) -> bool:
     t = tie(r)
     return t is not None and judge(r).get("lsb", float("inf")) <= t + EPS
@@ -391,7 +398,7 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
                 "|---|---|---|---|---|---|---|---|---|",
             ]
             for r in miss:
-                j, t = judge(r), tie(r)
+                j, t, res = judge(r), tie(r), resolution(r)
                 if "cmp" in r:  # a torchao case: no output LSB, its error against its band
                     lines.append(
                         f"| `{r['id']}` | {verdict(r, form)} | {_err(r)} | — | — | — | {r.get('outcome')} | "
@@ -401,7 +408,8 @@ def render(recs: list[dict[str, Any]], command: str | None = None) -> str:  # no
                 lines.append(
                     f"| `{r['id']}` | {verdict(r, form)} | {j.get('lsb', float('nan')):.1f} | {j.get('band', 0):g} | "
                     f"{j.get('upstream', 0):.1f}{' (capped)' if j.get('capped') else ''} | "
-                    f"{'—' if t is None else f'{t:g}'} | {r.get('outcome')} | "
+                    f"{'—' if t is None else f'{t:g}'}{'' if res is None else f' (nearest tie resolution {res:g})'} | "
+                    f"{r.get('outcome')} | "
                     f"{findings(r, form)} | {' '.join(r.get('ops', []))} |"
                 )
             lines.append("")
