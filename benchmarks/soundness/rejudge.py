@@ -21,9 +21,9 @@ against the original fake-quantized model) — whether the flagged violation is 
 the new ones, and records that error alone (`err`; not merged with the campaign's, which ran double
 rounding): on the same inputs as a run without it, whether a deviation is the kernels' rounding or something
 else.
-`--ties N` judges nothing anew: on the campaign's own inputs it records, per output, how far the backend's result
-is from the nearest of N results the fake-quantized model gives with what it requantizes jittered
-(`case.tie_resolutions`, in output LSB: `more.ties`). Within the band, each code the backend wrote is one
+`--ties N` judges nothing anew: on the inputs a record was judged on it records, per output, how far the
+backend's result is from the nearest of N results the fake-quantized model gives with what it requantizes
+jittered (`case.tie_resolutions`, in output LSB: `more.ties`). Within the band, each code the backend wrote is one
 the model itself writes when a rounding tie breaks the other way, input by input and element by element:
 the evidence that a proved miscompile is a tie resolution and not a wrong domain.
 """
@@ -94,10 +94,13 @@ def _program(rec: dict[str, Any]) -> tuple[int, str, torch.fx.GraphModule, list[
 
 def ties(rec: dict[str, Any], trials: int) -> dict[str, Any]:
     """`rec` with `more.ties`: per output, the backend's distance in output LSB from the nearest
-    tie resolution of the fake-quantized model (`case.tie_resolutions`) on the campaign's inputs."""
+    tie resolution of the fake-quantized model (`case.tie_resolutions`) on the inputs `rec` was judged
+    on (the campaign's, and a re-judged record's `more.inputs` more)."""
     t0 = time.perf_counter()
     index, variant, converted, tests, exported = _program(rec)
     inputs = tests + case.domain_inputs(converted, tests, seed=index)
+    if isinstance(more := (rec.get("more") or {}).get("inputs"), int):
+        inputs += case.random_inputs(converted, tests, seed=index, n=more)
     edge, _ = case.lower(variant, copy.deepcopy(exported), tests[0])
     got = [case.run_backend(variant, edge, x) for x in inputs]
     with torch.no_grad():
@@ -107,9 +110,9 @@ def ties(rec: dict[str, Any], trials: int) -> dict[str, Any]:
     lsb = [
         None if g.get("out_scale") is None else round(f / g["out_scale"], 3) for f, g in zip(far, grids, strict=True)
     ]
-    more = {"ties": lsb, "trials": trials, "err": case.compare(got, want, grids), "qflow_rev": case.qflow_revision()}
-    more["time"] = round(time.perf_counter() - t0, 3)
-    return {**copy.deepcopy(rec), "more": more}
+    ran = {"ties": lsb, "trials": trials, "judged_on": len(inputs), "err": case.compare(got, want, grids)}
+    ran["qflow_rev"], ran["time"] = case.qflow_revision(), round(time.perf_counter() - t0, 3)
+    return {**copy.deepcopy(rec), "more": ran}
 
 
 def rejudge(rec: dict[str, Any], n: int, attribute: bool, single: bool = False) -> dict[str, Any]:
