@@ -13,7 +13,7 @@ predict what the backend did:
 
 and the stock annotation must lower exactly. When an ExecuTorch upgrade changes
 a lowering, this fails, not a user. Each target's table is one batched program
-per variant (`probe.measure_batch`), built once per session.
+per variant (`probe.measure_batch`; XNNPACK's in programs of 17 cases), built once per session.
 """
 
 from __future__ import annotations

@@ -408,6 +408,10 @@ class Backend:
     #: Whether an op left on the CPU may compute on codes (no delegate boundary dequantizes for
     #: it): then a CPU op that misses the fake-quantized model is a miscompile, not a float op.
     cpu_reads_codes: bool = False
+    #: At most this many cases in one lowered program (None: all). A lowering's cost can grow with the
+    #: square of the program: XNNPACK lowers each op of a batch to a delegate of its own (`per_op`) and
+    #: legalizes the whole graph for each (profiled 2026-12-01: 965 of 1400 s of the table, 1394 delegates).
+    batch: int | None = None
 
     def quantize(self, case: Case, model: torch.nn.Module, samples: list[tuple[torch.Tensor, ...]]) -> tuple:
         raise NotImplementedError
@@ -519,6 +523,7 @@ class ArmBackend(Backend):
 
 class XnnpackBackend(Backend):
     name = "xnnpack"
+    batch = 17
 
     def quantize(self, case, model, samples):
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -896,7 +901,11 @@ def measure_batch(
     carried: frozenset[str] | None = None,
     custom: bool = False,
 ) -> list[Measurement]:
-    """Measure one variant of many cases with one quantize/lower/run (split on refusal)."""
+    """Measure one variant of many cases with one quantize/lower/run (split on refusal, and into
+    `backend.batch` cases a program)."""
+    if backend.batch is not None and len(cases) > backend.batch:
+        chunks = [cases[k : k + backend.batch] for k in range(0, len(cases), backend.batch)]
+        return [m for chunk in chunks for m in measure_batch(backend, chunk, variant, carried, custom)]
     if carried is None:
         carried = backend.carried
     model = _Batch(cases, carried)
