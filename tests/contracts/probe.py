@@ -408,9 +408,10 @@ class Backend:
     #: Whether an op left on the CPU may compute on codes (no delegate boundary dequantizes for
     #: it): then a CPU op that misses the fake-quantized model is a miscompile, not a float op.
     cpu_reads_codes: bool = False
-    #: At most this many cases in one lowered program (None: all). A lowering's cost can grow with the
-    #: square of the program: XNNPACK lowers each op of a batch to a delegate of its own (`per_op`) and
-    #: legalizes the whole graph for each (profiled 2026-12-01: 965 of 1400 s of the table, 1394 delegates).
+    #: At most this many cases in one lowered program (None: all). A lowering's cost can grow faster than
+    #: the program: XNNPACK lowers each op of a batch to a delegate of its own (`per_op`) and legalizes the
+    #: whole graph for each (2026-12-01: 965 of the table's 1400 s profiled there; a forced variant of the
+    #: 68 cases took 240 s as one program, 162 s as four).
     batch: int | None = None
 
     def quantize(self, case: Case, model: torch.nn.Module, samples: list[tuple[torch.Tensor, ...]]) -> tuple:
