@@ -188,3 +188,33 @@ def test_a_false_alarm_says_whether_an_output_code_moved(lsb: float, moved: bool
     r["err"]["outputs"] = [{"abs": lsb * g["out_scale"], "lsb": lsb}, {"abs": 0.0, "lsb": 0.0}]
     assert summary.moved_a_code(r) is moved
     assert summary.truth(r) == ("miscompile" if lsb > summary.CAP_LSB else "exact")
+
+
+def test_tie_resolutions_measure_the_backend_against_the_jittered_fq_model() -> None:
+    """`rejudge.py --ties`' measure on a real PT2E program: the fake-quantized model's own result is 0 from
+    its nearest tie resolution, a result moved by 3 output steps in one element is about 3 steps from it."""
+    import case
+    import torch
+
+    from qflow.targets.xnnpack import pipeline as xnnpack
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    tests = [(torch.randn(2, 8),) for _ in range(3)]
+    converted = xnnpack.quantize(model, tests[0])
+    with torch.no_grad():
+        fq = [case._as_list(converted(*x)) for x in tests]
+    scale = case.output_grids(converted, tests)[0]["out_scale"]
+    assert case.tie_resolutions(converted, tests, fq, trials=20) == [0.0]
+    moved = copy.deepcopy(fq)
+    moved[1][0][0, 0] += 3 * scale
+    (far,) = case.tie_resolutions(converted, tests, moved, trials=20)
+    assert 2 * scale < far <= 4 * scale
+
+
+def test_the_misses_table_shows_the_nearest_tie_resolution(tmp_path: Path) -> None:
+    r = proved(rec("00243-arm-custom"))
+    out = summary.judge(r)["output"]
+    r["more"] = {"ties": [0.5] * (out + 1)}
+    assert summary.resolution(r) == 0.5
+    assert "(nearest tie resolution 0.5)" in summary.render([r])
