@@ -246,13 +246,34 @@ _IN_ORDER = frozenset({"view", "view_copy", "reshape", "_unsafe_view", "squeeze"
                        "unsqueeze_copy", "flatten", "clone", "contiguous"})  # fmt: skip
 
 
-def _carried(dg: DomainGraph, v: Value) -> str | None:
+def _identity_on(v: Value, x: Interval | None) -> bool:
+    """Is `v` the identity on the reals `x` its input holds: an abs computed in float of values >= 0, or a
+    ReLU / clamp that copies its input's codes and whose bounds hold them?"""
+    d = v.definition
+    if x is None:
+        return False
+    if base_name(v.target) == "abs":
+        return d.kind is DefKind.FACT and d.domain is not None and d.domain.is_float and x[0] >= 0
+    return (
+        v.op_class is OpClass.ACTIVATION
+        and d.kind is DefKind.ALIAS
+        and v.clamp is not None
+        and v.clamp[0] <= x[0]
+        and x[1] <= v.clamp[1]
+    )
+
+
+def _carried(dg: DomainGraph, v: Value, ranges: Mapping[str, Interval] | None = None) -> str | None:
     """The input whose reals `v` holds unchanged, element by element in memory order: a reshape, a
-    reduction over dimensions of one element, or a product with a constant that is exactly 1.0 (a mean's
-    1/n over one element)."""
+    reduction over dimensions of one element, a product with a constant that is exactly 1.0 (a mean's
+    1/n over one element), or — given the values' intervals — an abs or clamp that is the identity on
+    what its input holds (``abs(t) - t`` is 0 where ``t >= 0``)."""
     name = base_name(v.target)
     preds = [(p, lab) for p, data in dg.g._pred[v.name].items() for lab in data["args"]]
-    if (name in _REDUCTIONS or name in _IN_ORDER) and len(preds) == 1 and preds[0][1] == "args[0]":
+    single = len(preds) == 1 and preds[0][1] == "args[0]"
+    if single and (name in _REDUCTIONS or name in _IN_ORDER):
+        src = preds[0][0]
+    elif single and ranges is not None and _identity_on(v, ranges.get(preds[0][0])):
         src = preds[0][0]
     elif name in ("mul", "mul_") and len(preds) == 2:
         ones = [p for p, _ in preds if dg.value(p).values == (1.0, 1.0)]
@@ -262,12 +283,14 @@ def _carried(dg: DomainGraph, v: Value) -> str | None:
     return src if src is not None and dg.value(src).numel == v.numel else None
 
 
-def same_source(dg: DomainGraph, name: str, avoid: Collection[str] = ()) -> tuple[str, Domain] | None:
+def same_source(
+    dg: DomainGraph, name: str, avoid: Collection[str] = (), ranges: Mapping[str, Interval] | None = None
+) -> tuple[str, Domain] | None:
     """(the value whose codes `name` carries unchanged — through dequantizes, requantizes to that same
     domain and `_carried` ops: a softmax's ``x - amax(x)`` or a LayerNorm's ``x - mean(x)`` over one
     element —, the domain they are read in), or None. Two values with one source hold the same reals on
     both sides of a comparison of the program with its backend, unless a wrong code lands on the way
-    (`avoid`)."""
+    (`avoid`). `ranges`: the values' intervals, where an op that is the identity on them carries too."""
     grid: Domain | None = None
     while True:
         v = dg.value(name)
@@ -279,19 +302,19 @@ def same_source(dg: DomainGraph, name: str, avoid: Collection[str] = ()) -> tupl
             src = dg.producer(name, "args[0]")
             if src is None:
                 return None
-            computed = not (dg.value(src).op_class is OpClass.DEQUANTIZE or _carried(dg, dg.value(src)))
+            computed = not (dg.value(src).op_class is OpClass.DEQUANTIZE or _carried(dg, dg.value(src), ranges))
             if v.op_class is OpClass.QUANTIZE and computed:
                 return name, d  # (its input is computed here: the root both operands must share)
             if v.op_class is OpClass.DEQUANTIZE and dg.value(src).op_class is not OpClass.QUANTIZE:
                 return (src, d) if name not in avoid else None  # (codes no quantize here wrote: an input)
-        elif (src := _carried(dg, v)) is None:
+        elif (src := _carried(dg, v, ranges)) is None:
             return None
         if name in avoid:
             return None
         name = src
 
 
-def _one_value(dg: DomainGraph, name: str, given: Mapping[str, Interval]) -> bool:
+def _one_value(dg: DomainGraph, name: str, given: Mapping[str, Interval], out: Mapping[str, Interval]) -> bool:
     """Is `name` a difference of one value's reals with themselves, element by element?"""
     v = dg.value(name)
     a, b = dg.producer(name, "args[0]"), dg.producer(name, "args[1]")
@@ -299,8 +322,8 @@ def _one_value(dg: DomainGraph, name: str, given: Mapping[str, Interval]) -> boo
         return False
     if len({v.numel, dg.value(a).numel, dg.value(b).numel}) != 1 or v.numel is None:
         return False
-    root = same_source(dg, a, given)
-    return root is not None and root == same_source(dg, b, given)
+    root = same_source(dg, a, given, out)
+    return root is not None and root == same_source(dg, b, given, out)
 
 
 # -- a softmax's rows ------------------------------------------------------------------------------
@@ -351,7 +374,7 @@ def _rows(dg: DomainGraph, name: str, out: Mapping[str, Interval], given: Mappin
     positive exponents and on sums near 0, which a softmax never reaches (measured on the TOSA
     reference model: the a16w8 softmax computes right)."""
     v = dg.value(name)
-    if _one_value(dg, name, given):
+    if _one_value(dg, name, given, out):
         return 0.0, 0.0
     gap = _row_max_gap(dg, name, out, given)
     if gap is not None:

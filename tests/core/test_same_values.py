@@ -83,3 +83,62 @@ def test_a_wrong_code_on_the_way_breaks_it() -> None:
 def test_a_wrong_read_of_the_input_on_one_side_breaks_it() -> None:
     """The input read wrong by one of its two dequantizes only: the two sides are other reals."""
     assert ranges.value_ranges(_centered(), {"a": (-1.0, 1.0)})["d"] != (0.0, 0.0)
+
+
+# -- an op that is the identity on what its input holds (campaign case 00081-arm-custom) -------------
+
+NONNEG = Domain.quantized("int8", 0.0019, -128, -128, 127)  # reals [0, 0.48]
+SIGNED = Domain.quantized("int8", 0.0019, 0, -128, 127)  # reals [-0.24, 0.24]
+ABS, RELU, HARDTANH = "aten.abs.default", "aten.relu.default", "aten.hardtanh.default"
+
+
+def _minus_itself_through(op: str, domain: Domain, clamp=None, float_op: bool = True) -> DomainGraph:
+    """d = f(t) - t, t = dq(q(tanh(x))) in `domain`, f(t) requantized into `domain`."""
+    dg = DomainGraph(form="qdq")
+    f32 = Definition(DefKind.FACT, Domain("float32"))
+
+    def add(name, target, cls, *ins, d=None, clamp=None):
+        dg.add_value(Value(name, target, cls, d or Definition(DefKind.FREE, reason="op"), numel=4, clamp=clamp))
+        for k, src in enumerate(ins):
+            dg.add_use(src, name, f"args[{k}]")
+
+    add("x", "placeholder", OpClass.UNKNOWN, d=f32)
+    add("tanh", "aten.tanh.default", OpClass.COMPUTE, "x", d=f32)
+    add("q", Q, OpClass.QUANTIZE, "tanh", d=Definition(DefKind.FACT, domain))
+    add("t1", DQ, OpClass.DEQUANTIZE, "q", d=Definition(DefKind.FACT, domain))
+    add("t2", DQ, OpClass.DEQUANTIZE, "q", d=Definition(DefKind.FACT, domain))
+    if op == ABS:
+        add("f", op, OpClass.COMPUTE, "t1", d=f32 if float_op else Definition(DefKind.FACT, domain))
+    else:
+        add("f", op, OpClass.ACTIVATION, "t1", d=Definition(DefKind.ALIAS, sources=("t1",)), clamp=clamp)
+    add("qf", Q, OpClass.QUANTIZE, "f", d=Definition(DefKind.FACT, domain))
+    add("df", DQ, OpClass.DEQUANTIZE, "qf", d=Definition(DefKind.FACT, domain))
+    add("d", "aten.sub.Tensor", OpClass.COMPUTE, "df", "t2", d=f32)
+    return dg
+
+
+@pytest.mark.parametrize(
+    "op, clamp", [(ABS, None), (RELU, (0.0, float("inf"))), (HARDTANH, (0.0, 6.0)), (HARDTANH, (-1.0, 0.5))]
+)
+def test_an_op_that_is_the_identity_on_its_input_carries_it(op: str, clamp) -> None:
+    """abs(t) - t, relu(t) - t, clamp(t) - t are 0 where t never leaves what the op keeps."""
+    assert ranges.value_ranges(_minus_itself_through(op, NONNEG, clamp))["d"] == (0.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "why, op, domain, clamp, float_op",
+    [
+        ("abs of values that can be negative", ABS, SIGNED, None, True),
+        ("relu of values that can be negative", RELU, SIGNED, (0.0, float("inf")), True),
+        ("a clamp that cuts values the input holds", HARDTANH, NONNEG, (0.0, 0.25), True),
+        ("an abs on codes (an integer kernel: not the reals' abs)", ABS, NONNEG, None, False),
+    ],
+)
+def test_an_op_that_can_change_a_value_does_not(why: str, op: str, domain: Domain, clamp, float_op: bool) -> None:
+    assert ranges.value_ranges(_minus_itself_through(op, domain, clamp, float_op))["d"] != (0.0, 0.0), why
+
+
+def test_a_wrong_code_into_the_identity_breaks_it() -> None:
+    """The backend's codes at the abs's input (`given`) are not the program's: no relation is left."""
+    dg = _minus_itself_through(ABS, NONNEG)
+    assert ranges.value_ranges(dg, {"t1": (0.0, 0.4)})["d"] != (0.0, 0.0)
