@@ -205,6 +205,11 @@ CASES: dict[str, tuple[str, str]] = {
         "former false alarm: two means of one LayerNorm input in different domains, merged by Arm "
         "FuseDuplicateUsersPass; 6 output LSB off only where the row's values lie close together (case.NARROW_LEVELS)",
     ),
+    "00081-arm-custom": (
+        "exact",
+        "former false alarm: relu(abs(t) - t), t >= 0, its requant dropped; lowered, the relu's CLAMP bounds are "
+        "quantized in the dropped requant's output domain, on the codes it copies",
+    ),
     "03086-tx-arm-custom": (
         "exact",
         "held-out seed, former lowered false alarm: the TOSA artifact's RESCALE after a cat whose requant Arm "
@@ -236,10 +241,6 @@ KNOWN_WRONG: dict[str, str] = {
     "accumulator unclamped (RewriteConvPass's int16 fork): 35612 output LSB off on inputs in the input's domain "
     "(2026-11-26; 8 on the calibration samples). qflow says unproven (skipped-requant), not an error: its proof "
     "that the skipped clamp moves an output (skipped-clamp) covers an add / sub of a constant at an output only",
-    "00081-arm-custom": "lowered-form false alarm: a relu whose requant Arm drops, after abs(t) - t with t >= 0 "
-    "(0 everywhere). Before partitioning it proves; in the TOSA artifact the relu is a CLAMP [100, 127] on the sub's "
-    "codes, its bounds quantized in the dropped requant's output domain, which the artifact check does not match "
-    "to the relu it realises (2026-12-02)",
 }
 
 
@@ -373,12 +374,15 @@ def test_a_softmax_over_one_element_masks_a_dropped_requant(campaign: Any) -> No
 def test_a_value_less_an_op_that_is_the_identity_on_it_is_zero(campaign: Any) -> None:
     """00081-arm-custom (a former false alarm): ``abs(t) - t`` with t a tanh in a domain of reals >= 0 is 0
     everywhere, so the requant Arm drops after the relu that reads it moves no code (measured exact on the
-    TOSA reference model). qflow proved it unbounded (228 LSB) when it took abs(t) and t for two values."""
+    TOSA reference model). qflow flagged it (228 LSB) when it took abs(t) and t for two values. Lowered, the
+    TOSA CLAMP of the relu is its bounds quantized in the requant's output domain, on the codes it copies: the
+    partition's own drop (tests/test_tosa_artifact.py edits that CLAMP)."""
     import summary
 
     rec = campaign("00081-arm-custom")
     assert summary.truth(rec) == "exact", rec.get("err")
     assert rec["verdict"] == "proved", rec["qflow"]["pre"]["findings"]
+    assert rec["qflow"]["lowered"]["verdict"] == "proved", rec["qflow"]["lowered"]["findings"]
 
 
 @pytest.mark.parametrize("cid", ["00950-tx-arm-custom", "00610-tx-arm-custom"])

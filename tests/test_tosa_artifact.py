@@ -541,3 +541,48 @@ def test_the_kernel_of_ones_arm_makes_of_a_cumsum_is_anchored_as_a_sum() -> None
     assert not ta.analyze_artifact(lowered).proved
     lm._processed_bytes = buf
     assert _output_changing_edits_flagged(gm, lowered, lm, x, "RESCALE")
+
+
+@pytest.fixture(scope="module")
+def relu_requant_dropped() -> tuple[Any, Any, Any, tuple[torch.Tensor, ...]]:
+    """Campaign case 00081-arm-custom, rebuilt from its seed: ``relu(abs(t) - t)`` (t >= 0, so 0) with a
+    custom domain on the relu's output, whose requant Arm drops. (quantized program, its export, lowered,
+    an input)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "soundness"))
+    import case
+    from gen import generate
+
+    index, full = case.parse_id("00081-arm-custom")
+    variant = case.base_variant(full)
+    converted, samples, tests = case.quantized(variant, generate(index, case.menu_of(full)), index, {})
+    ep = torch.export.export(converted, samples[0], strict=True)
+    lowered, _ = case.lower(variant, copy.deepcopy(ep), tests[0])
+    return converted, ep, lowered, tests[0]
+
+
+def test_the_clamp_of_an_activation_whose_requant_is_dropped_is_that_activation(relu_requant_dropped) -> None:
+    """The TOSA CLAMP of a relu whose requant the partition drops clamps the codes it copies (the sub's) by
+    the relu's bounds quantized in the requant's output domain — what the partition's own obligation
+    weighs. The artifact proves with the partition (TOSA == the quantized program); every edit of that
+    CLAMP's bounds that changes the output on the reference model leaves it unproved."""
+    converted, ep, lowered, x = relu_requant_dropped
+    assert qflow.analyze(lowered, target="arm-tosa", reference=ep).proved
+    want = _run(lowered, x)
+    with torch.no_grad():
+        out = converted(*x)
+    assert torch.equal(want, torch.cat([o.reshape(-1) for o in (out if isinstance(out, tuple) else (out,))]))
+    lm = next(m for n, m in lowered.exported_program().graph_module.named_children() if n.startswith("lowered"))
+    buf, changed = bytes(lm.processed_bytes), 0
+    try:
+        for mut in (m for m in mutants(buf) if m.what.startswith("CLAMP")):
+            lm._processed_bytes = mut.buf
+            got = _run(lowered, x)
+            if got is not None and not torch.equal(got, want):
+                changed += 1
+                assert not qflow.analyze(lowered, target="arm-tosa", reference=ep).proved, mut.what
+    finally:
+        lm._processed_bytes = buf
+    assert changed, "no CLAMP edit changed the output: the test measures nothing"

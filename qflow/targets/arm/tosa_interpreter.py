@@ -310,7 +310,7 @@ class Interpreter:
         self.dom: dict[str, Dom] = {}
         self.why: dict[str, str] = {}  # tensor → why its scale is unknown
         self.checks: list[Check] = []
-        self.realised: set[str] = set()  # the PT2E ops whose dropped requant a copy was matched to
+        self.realised: dict[str, int] = {}  # the PT2E ops whose dropped requant a copy was matched to → its index
         self.clamps: list[tuple[TosaOp, Dom, int, int]] = []
         self.float_clamps: dict[str, tuple[float, float]] = {}  # float CLAMP output → its bounds
         #: float tensors computed from integer codes (a dequantize inside an INT+FP partition): their
@@ -691,7 +691,7 @@ class Interpreter:
         if len(like) != 1:
             return
         (node, want), read_as = like[0], self.a.dropped[like[0][0]]
-        self.realised.add(node)  # (once: codes requantized back into its input's domain are not its copy)
+        self.realised[node] = op.index  # (once: codes requantized back into its input's domain are not its copy)
         self.checks.append(
             Check(False, op.op, op.index, out, node, f"{op.op} #{op.index} copies codes in {got} that the program "
                   f"reads on in {describe(read_as)}: the requant after {node} is dropped", got.domain(), read_as,
@@ -1246,7 +1246,8 @@ class Interpreter:
                 for k, a in enumerate(self.a.activations)
                 if (_same_grid(a.domain, src) and (lo, hi) in (bounds(a, d), bounds(a, a.domain)))
                 or _same_constant(a, lo, hi, src)
-            ]
+                or (self.realised.get(a.node) == op.index and (lo, hi) == bounds(a, a.domain))
+            ]  # (the last: the clamp of an activation whose requant the partition drops, on the codes it copies)
             full = (lo, hi) == CODE_RANGE.get(d.dtype)
             realised.update(hits)
             if not (hits or full or self.a.activations or self.a.partition_activations):
