@@ -2,7 +2,7 @@
 
 It has no partitioner: the passes rewrite the edge program in place into `cortex_m::` kernels
 whose integer arguments (zero points, requantize multiplier / shift pairs, activation bounds)
-are folded from the program's domains. `kernels.py` reads each kernel and checks that its
+are folded from the program's domains. `kernels.py` reads each kernel and `kernel_rules.py` checks that its
 arguments realise the domains the fold recorded on it (`input_qparams` / `output_qparams`);
 the semantics of each argument is the Cortex-M dialect's reference kernels', and the test
 `tests/test_cortex_m.py` measures it by mutating every folded integer and running them.
