@@ -210,6 +210,11 @@ CASES: dict[str, tuple[str, str]] = {
         "former false alarm: relu(abs(t) - t), t >= 0, its requant dropped; lowered, the relu's CLAMP bounds are "
         "quantized in the dropped requant's output domain, on the codes it copies",
     ),
+    "02159-arm-custom": (
+        "exact",
+        "held-out seed, former lowered false alarm: clamp(neg(x)), the neg's output scale dropped (NEGATE keeps "
+        "its input's) and pinned by the clamp; the CLAMP's bounds are in the declared domain, on the kept scale",
+    ),
     "03086-tx-arm-custom": (
         "exact",
         "held-out seed, former lowered false alarm: the TOSA artifact's RESCALE after a cat whose requant Arm "

@@ -544,10 +544,8 @@ def test_the_kernel_of_ones_arm_makes_of_a_cumsum_is_anchored_as_a_sum() -> None
 
 
 @pytest.fixture(scope="module")
-def relu_requant_dropped() -> tuple[Any, Any, Any, tuple[torch.Tensor, ...]]:
-    """Campaign case 00081-arm-custom, rebuilt from its seed: ``relu(abs(t) - t)`` (t >= 0, so 0) with a
-    custom domain on the relu's output, whose requant Arm drops. (quantized program, its export, lowered,
-    an input)."""
+def campaign_program() -> Any:
+    """A soundness-campaign case rebuilt from its seed: (quantized program, its export, lowered, an input)."""
     import sys
     from pathlib import Path
 
@@ -555,20 +553,40 @@ def relu_requant_dropped() -> tuple[Any, Any, Any, tuple[torch.Tensor, ...]]:
     import case
     from gen import generate
 
-    index, full = case.parse_id("00081-arm-custom")
-    variant = case.base_variant(full)
-    converted, samples, tests = case.quantized(variant, generate(index, case.menu_of(full)), index, {})
-    ep = torch.export.export(converted, samples[0], strict=True)
-    lowered, _ = case.lower(variant, copy.deepcopy(ep), tests[0])
-    return converted, ep, lowered, tests[0]
+    built: dict[str, tuple[Any, Any, Any, tuple[torch.Tensor, ...]]] = {}
+
+    def build(cid: str) -> tuple[Any, Any, Any, tuple[torch.Tensor, ...]]:
+        if cid not in built:
+            index, full = case.parse_id(cid)
+            variant = case.base_variant(full)
+            converted, samples, tests = case.quantized(variant, generate(index, case.menu_of(full)), index, {})
+            ep = torch.export.export(converted, samples[0], strict=True)
+            lowered, _ = case.lower(variant, copy.deepcopy(ep), tests[0])
+            built[cid] = converted, ep, lowered, tests[0]
+        return built[cid]
+
+    return build
 
 
-def test_the_clamp_of_an_activation_whose_requant_is_dropped_is_that_activation(relu_requant_dropped) -> None:
-    """The TOSA CLAMP of a relu whose requant the partition drops clamps the codes it copies (the sub's) by
-    the relu's bounds quantized in the requant's output domain — what the partition's own obligation
-    weighs. The artifact proves with the partition (TOSA == the quantized program); every edit of that
-    CLAMP's bounds that changes the output on the reference model leaves it unproved."""
-    converted, ep, lowered, x = relu_requant_dropped
+@pytest.mark.parametrize(
+    "cid, edited",
+    [
+        # relu(abs(t) - t), t >= 0, a custom domain on the relu whose requant Arm drops: the relu's CLAMP
+        # has its bounds in the requant's output domain, on the codes it copies
+        ("00081-arm-custom", ("CLAMP",)),
+        # clamp(neg(x)), the neg's output scale dropped (NEGATE keeps its input's): the CLAMP after it has
+        # its bounds in the declared domain, on codes in the kept scale
+        ("02159-arm-custom", ("CLAMP", "NEGATE")),
+    ],
+)
+def test_an_op_after_a_violation_the_partition_weighs_is_checked_in_the_declared_domain(
+    campaign_program, cid: str, edited: tuple[str, ...]
+) -> None:
+    """Where the partition drops a requant or a scale and weighs that itself (its own obligation), the artifact
+    says so once and checks what follows in the domain the program reads the codes in. Each program computes
+    exactly on the reference model (TOSA == the quantized program) and proves lowered; every single edit of
+    the ops that realise the drop which changes the output leaves it unproved."""
+    converted, ep, lowered, x = campaign_program(cid)
     assert qflow.analyze(lowered, target="arm-tosa", reference=ep).proved
     want = _run(lowered, x)
     with torch.no_grad():
@@ -577,7 +595,7 @@ def test_the_clamp_of_an_activation_whose_requant_is_dropped_is_that_activation(
     lm = next(m for n, m in lowered.exported_program().graph_module.named_children() if n.startswith("lowered"))
     buf, changed = bytes(lm.processed_bytes), 0
     try:
-        for mut in (m for m in mutants(buf) if m.what.startswith("CLAMP")):
+        for mut in (m for m in mutants(buf) if m.what.startswith(edited)):
             lm._processed_bytes = mut.buf
             got = _run(lowered, x)
             if got is not None and not torch.equal(got, want):
@@ -585,4 +603,4 @@ def test_the_clamp_of_an_activation_whose_requant_is_dropped_is_that_activation(
                 assert not qflow.analyze(lowered, target="arm-tosa", reference=ep).proved, mut.what
     finally:
         lm._processed_bytes = buf
-    assert changed, "no CLAMP edit changed the output: the test measures nothing"
+    assert changed, "no edit changed the output: the test measures nothing"

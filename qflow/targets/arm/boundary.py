@@ -122,7 +122,13 @@ def add_artifact_evidence(
         if ob.kind is ObligationKind.NO_FOLD_CHANGE and ob.node.startswith(within) and ob.value == ob.node
         and ob.expected is not None
     }  # fmt: skip
-    checks = tosa_artifact.check_delegate(gm, call, lowered, reference, dropped)
+    scale_dropped = {  # (the partition's dropped scales of ops lowered with zero points only, likewise)
+        ob.node.removeprefix(within): ob.expected
+        for ob in dg.obligations
+        if ob.finding_kind == tosa_artifact.SCALE_DROPPED and ob.node.startswith(within) and ob.value == ob.node
+        and ob.expected is not None
+    }  # fmt: skip
+    checks = tosa_artifact.check_delegate(gm, call, lowered, reference, dropped, scale_dropped)
     if checks is None:
         dg.notes.append(f"{call.name}: TOSA artifact not checked (no TOSA flatbuffer, or a float partition)")
         return

@@ -65,11 +65,11 @@ from qflow.ops import OpClass, classify
 from qflow.targets.arm import tosa_anchors
 from qflow.targets.arm.tosa_anchors import Reference, check_delegate, constant_domains, link_constants, reference
 from qflow.targets.arm.tosa_flatbuffer import read
-from qflow.targets.arm.tosa_interpreter import DROPPED, Anchors, Check, describe, validate
+from qflow.targets.arm.tosa_interpreter import DROPPED, SCALE_DROPPED, Anchors, Check, describe, validate
 
 # (the rooms this check is made of: reading, the reference facts, the interpreter; re-exported)
 __all__ = ["KIND", "Reference", "add_evidence", "analyze_artifact", "check_delegate", "constant_domains"]
-__all__ += ["Anchors", "link_constants", "read", "reference", "validate"]
+__all__ += ["Anchors", "SCALE_DROPPED", "link_constants", "read", "reference", "validate"]
 
 KIND = "tosa-artifact-mismatch"
 #: The target whose contract a TOSA payload is checked against.
@@ -113,7 +113,7 @@ def add_evidence(dg: Any, prefix: str, call_name: str, checks: Iterable[Check]) 
                            severity="warning" if c.kind else None)
             )  # fmt: skip
             continue
-        if c.kind == DROPPED and _weighed_in_partition(dg, f"{prefix}/{c.node}"):
+        if c.kind in (DROPPED, SCALE_DROPPED) and _weighed_in_partition(dg, f"{prefix}/{c.node}", c.kind):
             c = replace(c, ok=True, message=f"{c.message}, as in the partition, whose own obligation weighs it")
         op = f"{prefix}/{c.off_by_code.node}" if c.off_by_code is not None else node  # (read at its input)
         dg.oblige(
@@ -126,8 +126,11 @@ def add_evidence(dg: Any, prefix: str, call_name: str, checks: Iterable[Check]) 
         )  # fmt: skip
 
 
-def _weighed_in_partition(dg: Any, node: str) -> bool:
-    """Does the program's own obligation at partition node `node` weigh the requant dropped after it?"""
+def _weighed_in_partition(dg: Any, node: str, kind: str = DROPPED) -> bool:
+    """Does the program's own obligation at partition node `node` weigh the requant dropped after it
+    (`DROPPED`), or the output scale it drops (`SCALE_DROPPED`)?"""
+    if kind == SCALE_DROPPED:
+        return any(ob.finding_kind == SCALE_DROPPED and ob.node == node for ob in dg.obligations)
     return any(ob.kind is ObligationKind.NO_FOLD_CHANGE and ob.node == node for ob in dg.obligations)
 
 

@@ -62,6 +62,9 @@ class Anchors:
     #: obligation): the op's codes are expected in its input's domain and read on in this one, so the
     #: walk says so once there and goes on in this domain, not again at each op downstream
     dropped: dict[str, Domain] = field(default_factory=dict)
+    #: FX node of an op lowered with its zero points only (TOSA NEGATE, AVG_POOL2D) → its declared output
+    #: domain, when the program's own `dropped-scale` obligation weighs the input scale it keeps: as `dropped`
+    scale_dropped: dict[str, Domain] = field(default_factory=dict)
     #: FX node name → the shape of its output (what a copy of the payload is matched to it by)
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     #: FX node name → the (node, argument position) pairs that read its codes (through its Q / DQ)
@@ -149,6 +152,8 @@ def _same_dom(a: Dom, b: Dom) -> bool:
 
 #: The kind of the check a copy gets where it realises a requant the partition drops (`Anchors.dropped`).
 DROPPED = "requant-after-passthrough"
+#: The kind of the check an op lowered with zero points only gets where it keeps a scale the partition drops.
+SCALE_DROPPED = "dropped-scale"
 
 
 def _same_shape(a: tuple[int, ...] | None, b: tuple[int, ...]) -> bool:
@@ -905,6 +910,25 @@ class Interpreter:
             self.why[op.outputs[0]] = self.why.get(x, f"{op.op} #{op.index}: zero points not known")
         elif x in self.why:
             self.why[op.outputs[0]] = self.why[x]
+        self._dropped_scale(op)
+
+    def _dropped_scale(self, op: TosaOp) -> None:
+        """An op whose declared output scale the partition drops (`Anchors.scale_dropped`): it keeps its
+        input's scale, with the declared zero point. That is the partition's own violation, weighed there:
+        recorded once, as what it is, and the walk goes on in the domain the program reads the codes in."""
+        out, node = op.outputs[0], self.node_of(op)
+        want, got = self.a.scale_dropped.get(node), self.dom[op.outputs[0]]
+        if want is None or want.is_float or got.zp is None or got.zp != want.zero_point:
+            return
+        declared = replace_dtype(_dom_of(want), got.dtype, keep_unsigned=True)
+        if _same_dom(got, declared):
+            return
+        self.checks.append(
+            Check(False, op.op, op.index, out, node, f"{op.op} #{op.index} keeps the scale of its input, {got}, "
+                  f"where the program declares {describe(want)}: the scale is dropped", got.domain(), want,
+                  kind=SCALE_DROPPED)
+        )  # fmt: skip
+        self.dom[out] = declared
 
     def op_AVG_POOL2D(self, op: TosaOp) -> None:  # noqa: N802
         self._zp_only(op, op.inputs[1], op.inputs[2])
@@ -1246,7 +1270,7 @@ class Interpreter:
                 for k, a in enumerate(self.a.activations)
                 if (_same_grid(a.domain, src) and (lo, hi) in (bounds(a, d), bounds(a, a.domain)))
                 or _same_constant(a, lo, hi, src)
-                or (self.realised.get(a.node) == op.index and (lo, hi) == bounds(a, a.domain))
+                or (self.realised.get(a.node) == op.index and (lo, hi) == _within(bounds(a, a.domain), d))
             ]  # (the last: the clamp of an activation whose requant the partition drops, on the codes it copies)
             full = (lo, hi) == CODE_RANGE.get(d.dtype)
             realised.update(hits)
@@ -1336,6 +1360,12 @@ def clamp_codes(act: Activation, d: Domain) -> tuple[int, int]:
     lo = max(d.qmin, int(code(d, act.lo, -math.inf))) if act.lo is not None else d.qmin
     hi = min(d.qmax, int(code(d, act.hi, math.inf))) if act.hi is not None else d.qmax
     return min(lo, d.qmax), max(hi, d.qmin)
+
+
+def _within(codes: tuple[int, int], d: Domain) -> tuple[int, int]:
+    """`codes` saturated to `d`'s dtype: the bounds a CLAMP of that dtype can hold."""
+    lo, hi = CODE_RANGE[d.dtype]
+    return min(max(codes[0], lo), hi), min(max(codes[1], lo), hi)
 
 
 def _same_constant(act: Activation, lo: int, hi: int, src: Dom) -> bool:
