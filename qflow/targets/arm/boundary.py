@@ -15,7 +15,6 @@ import torch
 import torch.fx as fx
 
 from qflow.domain import Domain
-from qflow.graph import ObligationKind
 from qflow.ir.delegate import ITEMSIZE, BoundaryInput, BoundaryOutput, placeholder_dtypes
 from qflow.ir.fx_nodes import dtype_name, qdq_domain, quant_args_domain, target_name
 from qflow.ops import OpClass, classify
@@ -116,18 +115,15 @@ def add_artifact_evidence(
     from qflow.targets.arm import tosa_artifact
 
     within = f"{prefix}/"
-    dropped = {  # (the partition's dropped requants, weighed by its own obligations)
-        ob.node.removeprefix(within): ob.expected
-        for ob in dg.obligations
-        if ob.kind is ObligationKind.NO_FOLD_CHANGE and ob.node.startswith(within) and ob.value == ob.node
-        and ob.expected is not None
-    }  # fmt: skip
-    scale_dropped = {  # (the partition's dropped scales of ops lowered with zero points only, likewise)
-        ob.node.removeprefix(within): ob.expected
-        for ob in dg.obligations
-        if ob.finding_kind == tosa_artifact.SCALE_DROPPED and ob.node.startswith(within) and ob.value == ob.node
-        and ob.expected is not None
-    }  # fmt: skip
+    dropped, scale_dropped = (
+        {  # (the partition's own drops, weighed by its obligations: the artifact says each once)
+            ob.node.removeprefix(within): ob.expected
+            for ob in dg.obligations
+            if tosa_artifact.weighs_drop(ob, kind) and ob.node.startswith(within) and ob.value == ob.node
+            and ob.expected is not None
+        }
+        for kind in (tosa_artifact.DROPPED, tosa_artifact.SCALE_DROPPED)
+    )  # fmt: skip
     checks = tosa_artifact.check_delegate(gm, call, lowered, reference, dropped, scale_dropped)
     if checks is None:
         dg.notes.append(f"{call.name}: TOSA artifact not checked (no TOSA flatbuffer, or a float partition)")

@@ -69,7 +69,7 @@ from qflow.targets.arm.tosa_interpreter import DROPPED, SCALE_DROPPED, Anchors, 
 
 # (the rooms this check is made of: reading, the reference facts, the interpreter; re-exported)
 __all__ = ["KIND", "Reference", "add_evidence", "analyze_artifact", "check_delegate", "constant_domains"]
-__all__ += ["Anchors", "SCALE_DROPPED", "link_constants", "read", "reference", "validate"]
+__all__ += ["Anchors", "DROPPED", "SCALE_DROPPED", "link_constants", "read", "reference", "validate", "weighs_drop"]
 
 KIND = "tosa-artifact-mismatch"
 #: The target whose contract a TOSA payload is checked against.
@@ -126,12 +126,17 @@ def add_evidence(dg: Any, prefix: str, call_name: str, checks: Iterable[Check]) 
         )  # fmt: skip
 
 
-def _weighed_in_partition(dg: Any, node: str, kind: str = DROPPED) -> bool:
-    """Does the program's own obligation at partition node `node` weigh the requant dropped after it
-    (`DROPPED`), or the output scale it drops (`SCALE_DROPPED`)?"""
+def weighs_drop(ob: Obligation, kind: str) -> bool:
+    """Is `ob` a partition's own obligation that weighs a drop of `kind`: the requant after a copy or an
+    activation (`DROPPED`), or the output scale of an op lowered with zero points only (`SCALE_DROPPED`)?"""
     if kind == SCALE_DROPPED:
-        return any(ob.finding_kind == SCALE_DROPPED and ob.node == node for ob in dg.obligations)
-    return any(ob.kind is ObligationKind.NO_FOLD_CHANGE and ob.node == node for ob in dg.obligations)
+        return ob.finding_kind == SCALE_DROPPED
+    return ob.kind is ObligationKind.NO_FOLD_CHANGE
+
+
+def _weighed_in_partition(dg: Any, node: str, kind: str) -> bool:
+    """Does the program's own obligation at partition node `node` weigh its drop of `kind`?"""
+    return any(weighs_drop(ob, kind) and ob.node == node for ob in dg.obligations)
 
 
 def analyze_artifact(obj: Any, name: str = "", reference: Any = None) -> Any:

@@ -697,12 +697,18 @@ class Interpreter:
             return
         (node, want), read_as = like[0], self.a.dropped[like[0][0]]
         self.realised[node] = op.index  # (once: codes requantized back into its input's domain are not its copy)
+        self._walk_on_after_drop(op, node, f"copies codes in {got} that the program reads on in {describe(read_as)}: "
+                                 f"the requant after {node} is dropped", read_as, want, DROPPED)  # fmt: skip
+
+    def _walk_on_after_drop(self, op: TosaOp, node: str, what: str, read_as: Domain, walk_on: Dom, kind: str) -> None:
+        """The partition's own violation at `op` (weighed there): recorded once, as what it is, and the walk
+        goes on in `walk_on`, the domain the program reads the codes in."""
+        out = op.outputs[0]
         self.checks.append(
-            Check(False, op.op, op.index, out, node, f"{op.op} #{op.index} copies codes in {got} that the program "
-                  f"reads on in {describe(read_as)}: the requant after {node} is dropped", got.domain(), read_as,
-                  kind=DROPPED)
+            Check(False, op.op, op.index, out, node, f"{op.op} #{op.index} {what}", self.dom[out].domain(), read_as,
+                  kind=kind)
         )  # fmt: skip
-        self.dom[out] = want
+        self.dom[out] = walk_on
 
     def _read_by(self, tensor: str, readers: set[tuple[str, int]]) -> bool:
         """Is `tensor` read, through copies, by an op that came from one of `readers` (a PT2E node and the
@@ -916,19 +922,14 @@ class Interpreter:
         """An op whose declared output scale the partition drops (`Anchors.scale_dropped`): it keeps its
         input's scale, with the declared zero point. That is the partition's own violation, weighed there:
         recorded once, as what it is, and the walk goes on in the domain the program reads the codes in."""
-        out, node = op.outputs[0], self.node_of(op)
+        node = self.node_of(op)
         want, got = self.a.scale_dropped.get(node), self.dom[op.outputs[0]]
         if want is None or want.is_float or got.zp is None or got.zp != want.zero_point:
             return
         declared = replace_dtype(_dom_of(want), got.dtype, keep_unsigned=True)
-        if _same_dom(got, declared):
-            return
-        self.checks.append(
-            Check(False, op.op, op.index, out, node, f"{op.op} #{op.index} keeps the scale of its input, {got}, "
-                  f"where the program declares {describe(want)}: the scale is dropped", got.domain(), want,
-                  kind=SCALE_DROPPED)
-        )  # fmt: skip
-        self.dom[out] = declared
+        if not _same_dom(got, declared):
+            what = f"keeps the scale of its input, {got}, where the program declares {describe(want)}: it is dropped"
+            self._walk_on_after_drop(op, node, what, want, declared, SCALE_DROPPED)
 
     def op_AVG_POOL2D(self, op: TosaOp) -> None:  # noqa: N802
         self._zp_only(op, op.inputs[1], op.inputs[2])
