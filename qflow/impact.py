@@ -29,7 +29,7 @@ from qflow.bounds import TOLERANCE_LSB
 from qflow.domain import Domain
 from qflow.graph import RETURNED, DefKind, DomainGraph, Value
 from qflow.ops import MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name
-from qflow.ranges import Interval, domain_range, same_source, value_ranges
+from qflow.ranges import COMPARISONS, Interval, domain_range, same_source, selected, value_ranges
 
 #: ∞-norm Lipschitz constants of real elementwise functions (max |f'|): GELU's derivative peaks at
 #: 1.129, SiLU's at 1.0998, hardswish's at 1.5; softmax's Jacobian diag(p) - ppᵀ has row sums
@@ -139,6 +139,11 @@ def _op_error(
         return 0.0  # x - x: 0 on both sides, whatever codes x has
     if v.op_class is OpClass.ACTIVATION and v.clamp is not None and len(errs) == 1:
         return 0.0 if rng.pinned(errs[0][0], worst, *v.clamp) else worst
+    if name in COMPARISONS:  # (one outcome on both sides: no error; else a flipped bool, anything)
+        outcome = rng.program.get(v.name)
+        return 0.0 if outcome in ((0.0, 0.0), (1.0, 1.0)) and rng.backend.get(v.name) == outcome else math.inf
+    if name == "where" and (branch := _taken(dg, v, errs, rng)) is not None:
+        return max((e for _, lab, e in errs if lab == branch), default=0.0)
     if v.op_class in (OpClass.PASSTHROUGH, OpClass.DEQUANTIZE, OpClass.QUANTIZE, OpClass.ACTIVATION):
         if v.op_class is OpClass.PASSTHROUGH and not all(_data_edge(name, lab) for _, lab, e in errs if e > 0):
             return math.inf
@@ -160,6 +165,16 @@ def _op_error(
     if k is None and len(errs) == 1:
         k = _sloped(name, rng.hull(errs[0][0], errs[0][2]))
     return k * total if k is not None else math.inf
+
+
+def _taken(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: _Ranges) -> str | None:
+    """The branch a ``where`` takes everywhere on both sides (its condition has no error and one
+    outcome), or None."""
+    cond = dg.producer(v.name, "args[0]")
+    if cond is None or any(lab == "args[0]" and e > 0 for _, lab, e in errs):
+        return None
+    branch = selected(rng.program.get(cond))
+    return branch if branch is not None and selected(rng.backend.get(cond)) == branch else None
 
 
 def _product_error(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: _Ranges) -> float | None:

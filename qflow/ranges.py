@@ -128,11 +128,58 @@ def _affine(v: Value, x: Interval) -> Interval:
     return min(los), max(his)
 
 
+#: Comparisons (a bool result, 0 or 1), and each one's operands swapped.
+COMPARISONS = {"gt": "lt", "lt": "gt", "ge": "le", "le": "ge", "eq": "eq", "ne": "ne"}
+_NOT_KNOWN: Interval = (0.0, 1.0)
+
+
+def _compared(dg: DomainGraph, name: str, ins: list[tuple[str, str, Interval]]) -> Interval:
+    """A comparison of two tensors, where it has one outcome over the values both can hold: (0, 0)
+    always false, (1, 1) always true, else (0, 1). On one grid it compares codes (the program's
+    dequantized floats are monotone in them, Arm's ``GREATER`` reads them); across two grids the
+    operands must be a step of the coarser one apart (a backend rescales both before it compares)."""
+    by = {lab: (p, i) for p, lab, i in ins}
+    if "args[0]" not in by or "args[1]" not in by:
+        return _NOT_KNOWN
+    (pa, a), (pb, b) = by["args[0]"], by["args[1]"]
+    ca, cb = _codes(dg, pa), _codes(dg, pb)
+    if ca is None or cb is None:
+        return _NOT_KNOWN
+    if ca[1] == cb[1]:  # (the reals a dequantize holds are its codes' steps: count them)
+        s = ca[1].scale
+        a = (math.ceil(a[0] / s - 1e-6), math.floor(a[1] / s + 1e-6)) if math.isfinite(a[0] + a[1]) else a
+        b = (math.ceil(b[0] / s - 1e-6), math.floor(b[1] / s + 1e-6)) if math.isfinite(b[0] + b[1]) else b
+        gap = 0.0
+    else:
+        gap = max(ca[1].scale, cb[1].scale)
+    if name in ("lt", "le"):
+        name, a, b = COMPARISONS[name], b, a
+    below, above = a[1] + gap <= b[0], a[0] - gap >= b[1]  # (a <= b everywhere, a >= b everywhere)
+    under, over = a[1] + gap < b[0], a[0] - gap > b[1]
+    if name == "gt":
+        return (0.0, 0.0) if below else (1.0, 1.0) if over else _NOT_KNOWN
+    if name == "ge":
+        return (1.0, 1.0) if above else (0.0, 0.0) if under else _NOT_KNOWN
+    if under or over:
+        return (0.0, 0.0) if name == "eq" else (1.0, 1.0)
+    if gap == 0.0 and a[0] == a[1] == b[0] == b[1]:
+        return (1.0, 1.0) if name == "eq" else (0.0, 0.0)
+    return _NOT_KNOWN
+
+
+def selected(cond: Interval | None) -> str | None:
+    """The branch a ``where`` takes everywhere, by its condition's interval: ``args[1]`` where it
+    always holds, ``args[2]`` where it never does, else None."""
+    return {(1.0, 1.0): "args[1]", (0.0, 0.0): "args[2]"}.get(cond) if cond is not None else None  # type: ignore[arg-type]
+
+
 def _compute(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -> Interval:
     name = v.stands_for or base_name(v.target)
     data = [i for _, lab, i in ins if lab in ("args[0]", "args[1]")]
     if name in _BOUNDED:
         return _BOUNDED[name]
+    if name in COMPARISONS:
+        return _compared(dg, name, ins)
     if len(ins) == 1 and ins[0][1] == "args[0]":
         x = ins[0][2]
         if name in _MONOTONE:
@@ -186,7 +233,10 @@ def _transfer(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -
         out = ins[0][2]
     elif cls is OpClass.PASSTHROUGH and name not in _ADDS_VALUES:
         sel = SELECT_INPUTS.get(name)
-        if sel is not None:
+        by_label = {lab: i for _, lab, i in ins}
+        if name == "where" and (branch := selected(by_label.get("args[0]"))) is not None:
+            out = by_label.get(branch, UNBOUNDED)  # (a scalar branch: its value is not recorded)
+        elif sel is not None:
             labels = {f"args[{k}]" for k in sel}
             data = [i for _, lab, i in ins if lab in labels]
             out = _hull(data) if len(data) == len(sel) else UNBOUNDED

@@ -345,6 +345,10 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         if free or cls is OpClass.CONSTANT or is_shape_scalar(node):
             why = "factory op" if cls is OpClass.CONSTANT else f"{dtype_name(dt)} tensor" if free else "size"
             self._value(node, cls, Definition(DefKind.FREE, reason=f"domain-free {why}"))
+            if free and node.op == "call_function" and cls is not OpClass.CONSTANT:
+                for i, j, a in tensor_args(node):  # (a mask or index computed from values depends on them)
+                    if a.name in self.dg.g:
+                        self.dg.add_use(a.name, node.name, arg_label(i, j))
             return
         if cls is OpClass.DELEGATE:
             self._add_delegate_call(node)

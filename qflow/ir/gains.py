@@ -161,16 +161,35 @@ def _constant(x: Any, consts: Consts) -> torch.Tensor | None:
     t = consts.tensor(x)
     if t is not None:
         return t.detach().float() if t.is_floating_point() else None
+    if classify(target_name(x)) is not OpClass.DEQUANTIZE:
+        return None
+    t = _evaluated(x, consts, 3)
+    return t.float() if t is not None else None
+
+
+#: Factory ops whose values their arguments say (a mask's threshold, ``full([1], 0.5)``).
+_FILLS = frozenset({"full", "scalar_tensor", "zeros", "ones"})
+
+
+def _evaluated(x: fx.Node, consts: Consts, depth: int) -> torch.Tensor | None:
+    """The value of `x` computed from constants: a constant, or a dequantize / quantize / fill of
+    them (up to `depth` ops deep); None for anything else."""
+    t = consts.tensor(x)
+    if t is not None or depth == 0:
+        return t
     op = x.target if isinstance(x.target, torch._ops.OpOverload) else getattr(x.target, "_op", None)
     # (the edge dialect's EdgeOpOverload wraps the aten op in `_op`)
-    if classify(target_name(x)) is not OpClass.DEQUANTIZE or not isinstance(op, torch._ops.OpOverload):
+    cls, name = classify(target_name(x)), base_name(target_name(x))
+    if not isinstance(op, torch._ops.OpOverload) or not (
+        cls in (OpClass.DEQUANTIZE, OpClass.QUANTIZE) or name in _FILLS
+    ):
         return None
     resolved: list[Any] = []
     for a in x.args:
         if isinstance(a, fx.Node):
-            a = consts.tensor(a)
+            a = _evaluated(a, consts, depth - 1)
             if a is None:
                 return None
         resolved.append(a)
     with torch.no_grad():
-        return op(*resolved, **x.kwargs).float()
+        return op(*resolved, **x.kwargs)
