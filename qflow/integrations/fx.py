@@ -344,8 +344,13 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         free = dt in DOMAIN_FREE_DTYPES and cls is not OpClass.QUANTIZE and cls is not OpClass.DEQUANTIZE
         if free or cls is OpClass.CONSTANT or is_shape_scalar(node):
             why = "factory op" if cls is OpClass.CONSTANT else f"{dtype_name(dt)} tensor" if free else "size"
-            self._value(node, cls, Definition(DefKind.FREE, reason=f"domain-free {why}"))
-            if free and node.op == "call_function" and cls is not OpClass.CONSTANT:
+            returned = free and cls is OpClass.PASSTHROUGH and self._delegate_output(node) is not None
+            self._value(
+                node, OpClass.DELEGATE if returned else cls, Definition(DefKind.FREE, reason=f"domain-free {why}")
+            )
+            if returned:
+                self._link_delegate_output(node)  # (a mask the partition computes and returns)
+            elif free and node.op == "call_function" and cls is not OpClass.CONSTANT:
                 for i, j, a in tensor_args(node):  # (a mask or index computed from values depends on them)
                     if a.name in self.dg.g:
                         self.dg.add_use(a.name, node.name, arg_label(i, j))

@@ -105,6 +105,17 @@ class DelegateReading:
             raise InputError(f"getitem index {idx!r} is not an output of {src.name}", node.name)
         return src.name, outs[idx]
 
+    def _link_delegate_output(self, node: fx.Node) -> None:
+        """`node` reads its delegate call's output, which is the partition's value it returns (impact
+        follows wrong codes out, and a mask the partition computes)."""
+        found = self._delegate_output(node)
+        assert found is not None
+        call, out = found
+        self.dg.add_use(call, node.name, f"output {out.index}")
+        inner = f"{node.args[0].args[0].name}/{out.partition_node}"  # type: ignore[union-attr]
+        if inner in self.dg.g:
+            self.dg.add_use(inner, node.name, RETURNED)
+
     def _add_delegate_output(self, node: fx.Node) -> None:
         found = self._delegate_output(node)
         assert found is not None
@@ -114,10 +125,7 @@ class DelegateReading:
         else:
             d = Definition(DefKind.FACT, out.domain, real=out.real)
         self._value(node, OpClass.DELEGATE, d)
-        self.dg.add_use(call, node.name, f"output {out.index}")
-        inner = f"{node.args[0].args[0].name}/{out.partition_node}"  # type: ignore[union-attr]
-        if inner in self.dg.g:  # (the partition's value it returns: impact follows wrong codes out)
-            self.dg.add_use(inner, node.name, RETURNED)
+        self._link_delegate_output(node)
         dt = val_dtype(node)
         declared = dtype_name(dt) if dt is not None else out.dtype
         produced = out.produced_dtype
