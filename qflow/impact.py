@@ -167,6 +167,22 @@ def _op_error(
     return k * total if k is not None else math.inf
 
 
+def _carried_in(dg: DomainGraph, name: str, err: Mapping[str, float]) -> float | None:
+    """The error of what a delegate returns at `name` (a delegate output), when its call reads wrong
+    codes only where the partition takes them in (`DomainGraph.fed`: one domain on both sides) —
+    `output_error` followed them in, and the partition's value it returns holds all its error —, or None."""
+    preds = dg.g._pred[name]
+    inner = [p for p, data in preds.items() if RETURNED in data["args"]]
+    calls = [p for p, data in preds.items() if any(lab.startswith("output ") for lab in data["args"])]
+    if len(inner) != 1 or len(calls) != 1 or "/" not in inner[0]:
+        return None
+    prefix = inner[0].split("/", 1)[0] + "/"
+    taken = {src for ph, src in dg.fed.items() if ph.startswith(prefix)}
+    if any(err.get(p, 0.0) > 0 and p not in taken for p in dg.g._pred[calls[0]]):
+        return None
+    return err.get(inner[0], 0.0)
+
+
 def _taken(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: _Ranges) -> str | None:
     """The branch a ``where`` takes everywhere on both sides (its condition has no error and one
     outcome), or None."""
@@ -221,11 +237,15 @@ def output_error(
             else:  # (a chain's end also carries what the codes it copies carry from upstream)
                 err[name] = pre[name] = landed[name] + err.get((inherits or {}).get(name, ""), 0.0)
             grid[name] = _grid(dg.value(name).own_domain)
+        elif name in dg.fed and err.get(dg.fed[name], 0.0) > 0:  # (a partition's input: the codes fed in)
+            err[name] = pre[name] = err[dg.fed[name]]
+            grid[name] = _grid(dg.value(name).own_domain)
         elif not incoming or all(e == 0 for _, _, e in incoming):
             continue
         else:
             v = dg.value(name)
-            e = _op_error(dg, v, incoming, ranges, landed)
+            carried = _carried_in(dg, name, err) if v.op_class is OpClass.DELEGATE else None
+            e = _op_error(dg, v, incoming, ranges, landed) if carried is None else carried
             reached = [p for p in g._pred[name] if p in err]
             first = reached[0]
             own = _grid(v.own_domain) if v.op_class not in (OpClass.DEQUANTIZE, OpClass.PASSTHROUGH) else None
