@@ -215,6 +215,11 @@ CASES: dict[str, tuple[str, str]] = {
         "held-out seed, former lowered false alarm: clamp(neg(x)), the neg's output scale dropped (NEGATE keeps "
         "its input's) and pinned by the clamp; the CLAMP's bounds are in the declared domain, on the kept scale",
     ),
+    "03110-tx-arm-custom": (
+        "exact",
+        "held-out seed, former false alarm in every form: a requant Arm drops after a view reaches the outputs "
+        "only through where(x > c, x, 2.0), c the top of x's domain: false on every code x can have",
+    ),
     "03086-tx-arm-custom": (
         "exact",
         "held-out seed, former lowered false alarm: the TOSA artifact's RESCALE after a cat whose requant Arm "
@@ -385,6 +390,21 @@ def test_a_value_less_an_op_that_is_the_identity_on_it_is_zero(campaign: Any) ->
     import summary
 
     rec = campaign("00081-arm-custom")
+    assert summary.truth(rec) == "exact", rec.get("err")
+    assert rec["verdict"] == "proved", rec["qflow"]["pre"]["findings"]
+    assert rec["qflow"]["lowered"]["verdict"] == "proved", rec["qflow"]["lowered"]["findings"]
+
+
+def test_a_where_whose_condition_has_one_outcome_masks_a_dropped_requant(campaign: Any) -> None:
+    """03110-tx-arm-custom (a former false alarm, before partitioning and lowered): the requant Arm drops after
+    a view moves codes by up to 146 output LSB on the attention scores, but what follows them reaches the
+    outputs only through ``where(x > 0.5, x, 2.0)``, whose 0.5 quantizes to the top code of x's domain: the
+    comparison is false on every code, on both sides (measured exact on the TOSA reference model). Lowered,
+    the comparison runs in one partition, the where on the CPU, and the wrong codes enter the partition
+    through an input its call feeds."""
+    import summary
+
+    rec = campaign("03110-tx-arm-custom")
     assert summary.truth(rec) == "exact", rec.get("err")
     assert rec["verdict"] == "proved", rec["qflow"]["pre"]["findings"]
     assert rec["qflow"]["lowered"]["verdict"] == "proved", rec["qflow"]["lowered"]["findings"]
