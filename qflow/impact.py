@@ -12,9 +12,11 @@ to the outputs through sound per-op bounds: pass-through ops and ``relu`` /
 it by its Lipschitz constant, an op with a constant operand (or a target's
 kernel) by the gain its adapter measured (``Value.gain``, e.g. a linear layer's
 largest row sum of absolute weights), a product of two operands by the values each can hold, and
-a requant rounds it by at most one step and clamps it to its range's width.
-Whatever is not modelled (norms, exp, comparisons, indices, unknown ops,
-delegates) makes it unbounded. An output is safe when the error
+a requant rounds it by at most one step and clamps it to its range's width,
+a comparison with one outcome on both sides ends it (and a ``where`` on it
+keeps only its branch's), and a delegate call hands it to the partition input
+it feeds. Whatever is not modelled (norms, exp, a comparison that can flip,
+indices, unknown ops, a delegate's other inputs) makes it unbounded. An output is safe when the error
 reaching its last rounding is at most half an output LSB (`bounds.TOLERANCE_LSB`,
 the rule a dropped requant's own bound obeys). Torch-free.
 """

@@ -5,7 +5,8 @@ loses nothing where both the program and the backend saturate it. Both need
 to know which values can occur: every quantize clamps to its domain's range,
 a ReLU or clamp cuts at its bounds (``Value.clamp``), a linear layer maps an input interval through its
 weights (``Value.channels``: each output channel's bias and sums of positive
-and negative weights), a sigmoid lands in ``(0, 1)``. Each transfer is a sound
+and negative weights), a sigmoid lands in ``(0, 1)``, a comparison is 0 or 1 (one of them
+where the values it compares never cross). Each transfer is a sound
 over-approximation over whole tensors (one interval per value); anything not
 modelled is unbounded until the next quantize clamps it. The same transfers bound what a backend
 computes from wrong codes (`given`), as the ops after them compute right. Torch-free.
