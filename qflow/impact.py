@@ -143,7 +143,7 @@ def _op_error(
         return 0.0 if rng.pinned(errs[0][0], worst, *v.clamp) else worst
     if name in COMPARISONS:  # (one outcome on both sides: no error; else a flipped bool, anything)
         outcome = rng.program.get(v.name)
-        return 0.0 if outcome in ((0.0, 0.0), (1.0, 1.0)) and rng.backend.get(v.name) == outcome else math.inf
+        return 0.0 if selected(outcome) is not None and rng.backend.get(v.name) == outcome else math.inf
     if name == "where" and (branch := _taken(dg, v, errs, rng)) is not None:
         return max((e for _, lab, e in errs if lab == branch), default=0.0)
     if v.op_class in (OpClass.PASSTHROUGH, OpClass.DEQUANTIZE, OpClass.QUANTIZE, OpClass.ACTIVATION):

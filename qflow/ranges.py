@@ -147,10 +147,7 @@ def _compared(dg: DomainGraph, name: str, ins: list[tuple[str, str, Interval]]) 
     if ca is None or cb is None:
         return _NOT_KNOWN
     if ca[1] == cb[1]:  # (the reals a dequantize holds are its codes' steps: count them)
-        s = ca[1].scale
-        a = (math.ceil(a[0] / s - 1e-6), math.floor(a[1] / s + 1e-6)) if math.isfinite(a[0] + a[1]) else a
-        b = (math.ceil(b[0] / s - 1e-6), math.floor(b[1] / s + 1e-6)) if math.isfinite(b[0] + b[1]) else b
-        gap = 0.0
+        a, b, gap = _steps(a, ca[1].scale), _steps(b, ca[1].scale), 0.0
     else:
         gap = max(ca[1].scale, cb[1].scale)
     if name in ("lt", "le"):
@@ -166,6 +163,13 @@ def _compared(dg: DomainGraph, name: str, ins: list[tuple[str, str, Interval]]) 
     if gap == 0.0 and a[0] == a[1] == b[0] == b[1]:
         return (1.0, 1.0) if name == "eq" else (0.0, 0.0)
     return _NOT_KNOWN
+
+
+def _steps(x: Interval, scale: float) -> Interval:
+    """The grid steps (multiples of `scale`) that values of a dequantize in `x` can be."""
+    if not math.isfinite(x[0] + x[1]):
+        return x
+    return math.ceil(x[0] / scale - 1e-6), math.floor(x[1] / scale + 1e-6)
 
 
 def selected(cond: Interval | None) -> str | None:

@@ -161,9 +161,7 @@ def _constant(x: Any, consts: Consts) -> torch.Tensor | None:
     t = consts.tensor(x)
     if t is not None:
         return t.detach().float() if t.is_floating_point() else None
-    if classify(target_name(x)) is not OpClass.DEQUANTIZE:
-        return None
-    t = _evaluated(x, consts, 3)
+    t = _evaluated(x, consts, 3) if classify(target_name(x)) is OpClass.DEQUANTIZE else None
     return t.float() if t is not None else None
 
 

@@ -95,5 +95,6 @@ def test_a_wrong_code_that_can_flip_the_condition_is_unbounded() -> None:
 def test_a_condition_the_wrong_codes_decide_differently_is_unbounded() -> None:
     """Always false in the program, but the backend's values reach above c: the outcome differs."""
     dg = _masked(c=0.2)
-    dg.value("dx").values = None
+    dg.value("dx").values = (-1.0, 0.0)  # (the program's x: below c everywhere)
+    assert ranges.value_ranges(dg)["m"] == (0.0, 0.0)
     assert math.isinf(impact.output_error(dg, {"dx": 3 * X.scale}, backend={"dx": (0.3, TOP)}).lsb)
