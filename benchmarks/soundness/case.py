@@ -37,6 +37,10 @@ except ImportError:  # pragma: no cover
 VARIANTS = ("arm-pc", "arm-pt", "arm-a16w8", "arm-custom", "xnn", "xnn-custom")
 #: The transformer menu's variants (`tx-<variant>`): stock Arm a8w8 and a16w8, custom, stock XNNPACK.
 TX_VARIANTS = ("tx-arm-pc", "tx-arm-a16w8", "tx-arm-custom", "tx-xnn")
+#: The mask menu's variants (`mk-<variant>`, gen.py SELECT): the same quantizers and backends.
+MASK_VARIANTS = ("mk-arm-pc", "mk-arm-a16w8", "mk-arm-custom", "mk-xnn")
+#: The menu a variant prefix draws from (no prefix: the CNN menu).
+MENU_OF_PREFIX = {"tx-": "transformer", "mk-": "masks"}
 #: Cortex-M (issue #29): the stock CortexMQuantizer, and seed 000's overrides on it (int8 only);
 #: run with `--variants cm,cm-custom` (the default round robin is the six above).
 CM_VARIANTS = ("cm", "cm-custom")
@@ -254,7 +258,7 @@ def case_id(index: int, variant: str | None = None) -> str:
 
 def parse_id(cid: str) -> tuple[int, str]:
     index, variant = cid.split("-", 1)
-    known = VARIANTS + TX_VARIANTS + CM_VARIANTS + TAO_VARIANTS
+    known = VARIANTS + TX_VARIANTS + MASK_VARIANTS + CM_VARIANTS + TAO_VARIANTS
     if variant not in known:
         raise ValueError(f"unknown variant {variant!r} in case id {cid!r}; expected one of {known}")
     return int(index), variant
@@ -262,12 +266,12 @@ def parse_id(cid: str) -> tuple[int, str]:
 
 def menu_of(variant: str) -> str:
     """The generator's op menu a variant draws from."""
-    return "transformer" if variant.startswith("tx-") else "cnn"
+    return MENU_OF_PREFIX.get(variant[:3], "cnn")
 
 
 def base_variant(variant: str) -> str:
-    """The quantizer and backend of a variant (a transformer variant uses its CNN twin's)."""
-    return variant.removeprefix("tx-")
+    """The quantizer and backend of a variant (a transformer or mask variant uses its CNN twin's)."""
+    return variant.removeprefix(variant[:3]) if variant[:3] in MENU_OF_PREFIX else variant
 
 
 def target_of(variant: str) -> str:

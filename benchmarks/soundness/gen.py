@@ -51,7 +51,12 @@ TX_KINDS = TRANSFORMER * 3 + ["linear"] * 4 + BINARY * 2 + ["relu", "permute", "
 # The LLM menu (issue #28, torchao `quantize_`): linears whose input features tile groups of 32, token
 # embeddings, RoPE-shaped halves, attention matmuls and the float ops between them.
 LLM_KINDS = ["linear_g"] * 6 + TRANSFORMER + ["rope"] * 2 + BINARY * 2 + ["relu", "cat", "slice_h", "permute"]
-MENUS = {"cnn": KINDS, "transformer": TX_KINDS, "llm": LLM_KINDS}
+# The mask menu: values that select rather than compute. A mask, a maximum or an argmax reads a value the
+# data it selects does not, so codes that are wrong only there move the output through a choice (the class
+# of miss found on 2026-12-02: where(-relu(x) > c, ...), which the transformer menu's where never draws).
+SELECT = ["where_by", "masked_fill_by", "mask_mul", "maximum", "minimum", "amax", "argmax_gather"]
+MASK_KINDS = SELECT * 3 + TRANSFORMER + ["linear"] * 3 + BINARY * 2 + ["neg", "abs", "relu", "sigmoid", "permute"]
+MENUS = {"cnn": KINDS, "transformer": TX_KINDS, "llm": LLM_KINDS, "masks": MASK_KINDS}
 #: Input features a group of `linear_g` tiles (torchao PerGroup(32)).
 GROUP = 32
 MAX_ELEMS = 4096
@@ -196,6 +201,20 @@ class SpecModel(nn.Module):
             return x.masked_fill(mask, p["value"])
         if k == "where":
             return torch.where(x > p["thr"], x, a[1] if len(a) > 1 else p["other"])
+        if k == "where_by":  # the mask reads a[1], the branches x and a[2] (or a scalar)
+            return torch.where(a[1] > p["thr"], x, a[2] if len(a) > 2 else p["other"])
+        if k == "masked_fill_by":
+            return x.masked_fill(a[1] > p["thr"], p["value"])
+        if k == "mask_mul":  # a mask cast to the data's dtype and multiplied in
+            return x * (a[1] > p["thr"]).to(x.dtype)
+        if k == "maximum":
+            return torch.maximum(x, a[1])
+        if k == "minimum":
+            return torch.minimum(x, a[1])
+        if k == "amax":
+            return x.amax(dim=-1, keepdim=True)
+        if k == "argmax_gather":  # x's element at the position of a[1]'s largest, along the last dim
+            return torch.gather(x, -1, a[1].argmax(dim=-1, keepdim=True))
         if k == "cat":
             return torch.cat([x, a[1]], dim=1)
         if k == "stack":
@@ -342,6 +361,24 @@ def _propose(rng: random.Random, kind: str, x: int, shapes: list[Shape]) -> dict
             args.append(_pick(rng, same))
         else:
             p["other"] = rng.choice([0.0, -1.0, 2.0])
+    elif kind in SELECT:
+        if kind == "amax":
+            return None if w < 2 else {"kind": kind, "args": args, "p": p}
+        other = [j for j, t in enumerate(shapes) if t == s and j != x]
+        if not other:
+            return None
+        m = _pick(rng, other)
+        args.append(m)
+        if kind == "where_by":
+            branch = [j for j in other if j != m]
+            if branch and rng.random() < 0.6:
+                args.append(_pick(rng, branch))
+            else:
+                p["other"] = rng.choice([0.0, -1.0, 2.0])
+        if kind in ("where_by", "masked_fill_by", "mask_mul"):
+            p["thr"] = rng.choice([0.0, 0.5, -0.5, -1.5])
+        if kind == "masked_fill_by":
+            p["value"] = rng.choice([0.0, -3.0, 1.0])
     elif kind in ("cat", "stack"):
         if kind == "cat":
             cands = [j for j, t in enumerate(shapes) if t[2:] == s[2:]]
@@ -375,7 +412,7 @@ def generate(seed: int, menu: str = "cnn") -> Spec:
     rng = random.Random(seed)
     kinds = MENUS[menu]
     n_in = rng.choice([1, 1, 2])
-    if menu == "transformer":  # (1, heads, tokens, features)
+    if menu in ("transformer", "masks"):  # (1, heads, tokens, features)
         c, h, w = rng.choice([1, 2, 4]), rng.choice([2, 4, 6, 8]), rng.choice([4, 8, 12, 16])
     elif menu == "llm":  # (1, heads, tokens, features), features tiling groups
         c, h, w = rng.choice([1, 1, 2]), rng.choice([2, 4, 8]), rng.choice([GROUP, 2 * GROUP])
