@@ -225,6 +225,12 @@ CASES: dict[str, tuple[str, str]] = {
         "held-out seed, former lowered false alarm: the TOSA artifact's RESCALE after a cat whose requant Arm "
         "drops and an exp TABLE reading codes in another scale, both behind a relu constant over its input's codes",
     ),
+    # the mask menu (mk-*, 2026-12-02): selections that read a value the data they select does not
+    "00010-mk-arm-custom": (
+        "miscompile",
+        "masked_fill(x, m > 0.0, 0.0) whose 0.0 is overridden to int16: where copies two int8 domains (174 LSB); "
+        "its folded partition crashed qflow, which evaluated dequantize(..., int16) of the float fill the fold left",
+    ),
 }
 #: Miscompiles repair does not fix: it inserts requants, and an activation the backend runs on codes
 #: with its real bounds needs its annotation changed instead, and no requant makes the backend clamp a

@@ -189,5 +189,18 @@ def _evaluated(x: fx.Node, consts: Consts, depth: int) -> torch.Tensor | None:
             if a is None:
                 return None
         resolved.append(a)
+    if not _reads_its_dtype(cls, resolved, x.kwargs):
+        return None
     with torch.no_grad():
         return op(*resolved, **x.kwargs)
+
+
+def _reads_its_dtype(cls: OpClass, args: list[Any], kwargs: dict[str, Any]) -> bool:
+    """Whether a (de)quantize's operand has the dtype the op declares: a folded Arm partition can hand
+    ``dequantize(..., int16)`` a float fill the fold pass left unquantized, whose value qflow cannot know."""
+    if cls is OpClass.QUANTIZE:
+        return not isinstance(args[0], torch.Tensor) or args[0].is_floating_point()
+    if cls is not OpClass.DEQUANTIZE:
+        return True
+    declared = kwargs.get("dtype", next((a for a in args if isinstance(a, torch.dtype)), None))
+    return not isinstance(args[0], torch.Tensor) or declared is None or args[0].dtype == declared
