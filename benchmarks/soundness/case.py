@@ -38,7 +38,7 @@ VARIANTS = ("arm-pc", "arm-pt", "arm-a16w8", "arm-custom", "xnn", "xnn-custom")
 #: The transformer menu's variants (`tx-<variant>`): stock Arm a8w8 and a16w8, custom, stock XNNPACK.
 TX_VARIANTS = ("tx-arm-pc", "tx-arm-a16w8", "tx-arm-custom", "tx-xnn")
 #: The mask menu's variants (`mk-<variant>`, gen.py SELECT): the same quantizers and backends.
-MASK_VARIANTS = ("mk-arm-pc", "mk-arm-a16w8", "mk-arm-custom", "mk-xnn")
+MASK_VARIANTS = ("mk-arm-pc", "mk-arm-a16w8", "mk-arm-custom", "mk-xnn", "mk-cm", "mk-cm-custom")
 #: The menu a variant prefix draws from (no prefix: the CNN menu).
 MENU_OF_PREFIX = {"tx-": "transformer", "mk-": "masks"}
 #: Cortex-M (issue #29): the stock CortexMQuantizer, and seed 000's overrides on it (int8 only);

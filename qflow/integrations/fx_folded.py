@@ -54,6 +54,9 @@ class FoldedReading:
                 self._oblige_measured(node, first.dtype)
         elif out is not None and self._integers_as_codes(node, out):
             self._value(node, cls, Definition(DefKind.FACT, out, real=False))
+        elif not quantized and self._casts_a_mask_to_reals(node):
+            self._add_cpu_float(node, OpClass.COMPUTE)
+            return
         else:
             self._add_unknown(node, out)
             return
@@ -86,6 +89,19 @@ class FoldedReading:
             and out.zero_point == 0
             and out.dtype == "int32"
             and dtype_name(dt) in ("int32", "int16", "int8", "uint8", "bool")
+        )
+
+    def _casts_a_mask_to_reals(self, node: fx.Node) -> bool:
+        """A float cast of a mask or indices that only explicit quantize ops read (the Cortex-M passes keep
+        ``x * (m > t).float()``'s quantize as a kernel of its own): its 0.0 / 1.0 are reals, whatever
+        the fold did around it, because a quantize takes reals."""
+        return (
+            base_name(target_name(node)) in CASTS
+            and is_float(node)
+            and bool(node.args)
+            and all(self._domain_free(a) for _, _, a in tensor_args(node))
+            and bool(node.users)
+            and all(self._op_class(u) is OpClass.QUANTIZE for u in node.users)
         )
 
     def _add_narrowed(self, node: fx.Node, cls: OpClass, out: Domain) -> None:

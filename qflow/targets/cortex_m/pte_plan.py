@@ -104,6 +104,16 @@ def _fx_kernels(ep: ExportedProgram) -> list[fx.Node]:
     return out
 
 
+def _out_schema(name: str) -> Any:
+    """The schema torch registers for an instruction's kernel (``ns::op.overload``), or None."""
+    ns, _, rest = name.partition("::")
+    op, _, overload = rest.partition(".")
+    try:
+        return getattr(getattr(getattr(torch.ops, ns), op), overload or "default")._schema
+    except (AttributeError, RuntimeError):
+        return None
+
+
 def _view_base(n: Any) -> Any:
     while isinstance(n, fx.Node) and n.op == "call_function" and getattr(n.target, "_schema", None) is not None:
         if n.target._schema.name != "aten::view_copy":
@@ -147,6 +157,27 @@ class _Matcher:
         self.writer.pop(out, None)
         return True
 
+    def positions(self, call: Call, schema: Any) -> dict[str, int]:
+        """Where each of the lowering's arguments sits in the instruction: in order, with the out tensor
+        after them, or by name in the kernel's out-variant schema when it drops some (the dtype of
+        ``_to_dim_order_copy.out`` is its out tensor's)."""
+        if len(call.args) >= len(schema.arguments):
+            return {a.name: i for i, a in enumerate(schema.arguments)}
+        out = _out_schema(call.name)
+        if out is None or len(call.args) < len(out.arguments):
+            raise _Mismatch(f"instruction {call.index} ({call.name}) has {len(call.args)} arguments")
+        return {a.name: i for i, a in enumerate(out.arguments) if not a.is_out}
+
+    def dropped(self, call: Call, name: str, have: Any) -> None:
+        """An argument the out variant does not take: a dtype is its out tensor's; the rest (layout,
+        device, memory) do not change values."""
+        if name != "dtype" or have is None:
+            return
+        out = self.ev(call.returned[0]) if call.returned else None
+        if out is None or out.kind != "Tensor" or _TORCH.get(out.dtype) != have:
+            got = out.dtype if out is not None else "nothing"
+            raise _Mismatch(f"instruction {call.index} ({call.name}) writes {got}, where the lowering casts to {have}")
+
     def ev(self, i: int) -> EValue:
         return self.plan.values[i]
 
@@ -163,12 +194,14 @@ class _Matcher:
                 raise _Mismatch(f"the .pte has fewer kernel calls than the reference's lowering ({len(nodes)})")
             if call.name.rsplit(".", 1)[0] != schema.name:
                 raise _Mismatch(f"instruction {call.index} calls {call.name}, where the lowering has {schema.name}")
-            if len(call.args) < len(schema.arguments):
-                raise _Mismatch(f"instruction {call.index} ({call.name}) has {len(call.args)} arguments")
+            at = self.positions(call, schema)
             args = list(node.args)
             for i, a in enumerate(schema.arguments):
                 have = args[i] if i < len(args) else node.kwargs.get(a.name, a.default_value)
-                new = self.argument(call, a.name, have, call.args[i])
+                if a.name not in at:
+                    self.dropped(call, a.name, have)
+                    continue
+                new = self.argument(call, a.name, have, call.args[at[a.name]])
                 if new is not _SAME:
                     written.append(f"instruction {call.index} ({node.name}) {a.name}")
                     if i < len(args):
