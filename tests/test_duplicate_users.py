@@ -121,3 +121,50 @@ def test_the_annotated_graph_says_so_before_calibration(shared, merged, same_dom
     else:
         assert not found and report.status != "violated", str(report)
         assert same_domain[-1] <= 1.0  # (and the backend computes it right)
+
+
+class TwoScores(torch.nn.Module):
+    """Two ``x @ x.T``: each matmul reads its own transpose / expand / view chain of x, and the first one's
+    output shares a cat's wider domain. The pass merges again until nothing changes: the chains link by
+    link, then the two matmuls (mask campaign case 00238-mk-arm-custom, custom domains: 21 LSB)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a, b = x @ x.transpose(-1, -2), x @ x.transpose(-1, -2)
+        return torch.cat([a, 3 * a], -1), b
+
+
+@pytest.fixture(scope="module")
+def merged_chains():
+    torch.manual_seed(0)
+    x = (torch.rand(1, 1, 8, 4) * 2 - 0.5,)
+    converted = arm.quantize(TwoScores().eval(), x)
+    exported = torch.export.export(converted, x)
+    with arm.capture_after() as partitions:
+        lowered = arm.lower(exported, x)
+    want, got = converted(*x), arm.run_tosa_reference(lowered, x)
+    scales = [float(dq.args[1]) for dq in next(n for n in converted.graph.nodes if n.op == "output").args[0]]
+    lsb = [float((g.reshape(w.shape) - w).abs().max()) / s for w, g, s in zip(want, got, scales, strict=True)]
+    return x, converted, exported, list(partitions), lowered, lsb
+
+
+def test_matmuls_of_merged_chains_merge_and_are_an_error_in_every_form(merged_chains) -> None:
+    """Stock a8w8: the TOSA reference model is 149 output LSB off on the second output; qflow proved the
+    program before partitioning and its folded partition (only the chains' first links had one key)."""
+    _, _, exported, partitions, lowered, lsb = merged_chains
+    assert lsb[0] <= 1 and lsb[1] > 16, lsb
+    reports = [qflow.analyze(exported, target="arm-tosa")] + [qflow.analyze(p, target="arm-tosa") for p in partitions]
+    for report in reports:  # (one finding: the views after the matmuls merge only because the matmuls do)
+        found = [f for f in report.errors if f.kind == "merged-duplicate-users"]
+        assert [f.node.endswith("bmm_1") or f.node.endswith("bmm_default_1") for f in found] == [True], str(report)
+        assert lsb[1] - 1e-3 <= found[0].output_lsb <= 1.5 * lsb[1], found[0].output_lsb
+    assert qflow.analyze(lowered, target="arm-tosa", reference=exported).status == "violated"
+
+
+def test_repair_separates_merged_chains(merged_chains) -> None:
+    x, converted, exported, *_ = merged_chains
+    fixed = qflow.repair(exported, target="arm-tosa")
+    assert qflow.analyze(fixed, target="arm-tosa").proved
+    want, got = converted(*x), arm.run_tosa_reference(arm.lower(fixed, x), x)
+    outs = next(n for n in converted.graph.nodes if n.op == "output").args[0]
+    for w, g, dq in zip(want, got, outs, strict=True):
+        assert float((g.reshape(w.shape) - w).abs().max()) / float(dq.args[1]) <= 1.0 + 1e-3

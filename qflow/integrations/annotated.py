@@ -173,10 +173,10 @@ class AnnotatedAdapter:
         that observe nothing but their own output calibrate alike (equal tensors, one observer kind):
         they are one group."""
         groups: dict[Hashable, list[fx.Node]] = {}
+        merge_keys = duplicate_users.keys(self.gm)
         for n in nodes:
-            if n.op == "call_function" and "|".join(self.out_key(n)) in self.uf.parent and n.all_input_nodes:
-                if (key := duplicate_users.key(n)) is not None:
-                    groups.setdefault(key, []).append(n)
+            if "|".join(self.out_key(n)) in self.uf.parent and (key := merge_keys.get(n)) is not None:
+                groups.setdefault(key, []).append(n)
         pairs = []
         for kept, *others in (g for g in groups.values() if len(g) > 1):
             for m in others:

@@ -40,12 +40,15 @@ def _source(a: fx.Node) -> fx.Node:
     return a
 
 
-def key(node: fx.Node) -> Hashable | None:
-    """What a merge compares: the op and its arguments, each dequantize standing for its quantize's input."""
+def key(node: fx.Node, merged: dict[fx.Node, fx.Node] | None = None) -> Hashable | None:
+    """What a merge compares: the op and its arguments, each dequantize standing for its quantize's input
+    and each node for the one it was merged into (`merged`)."""
+    into = merged or {}
 
     def leaf(a: Any) -> Hashable:
         if isinstance(a, fx.Node):
-            return ("node", _source(a).name)
+            src = _source(a)
+            return ("node", into.get(src, src).name)
         if isinstance(a, (list, tuple)):
             return tuple(leaf(x) for x in a)
         if isinstance(a, dict):
@@ -58,6 +61,25 @@ def key(node: fx.Node) -> Hashable | None:
     except TypeError:
         return None
     return key
+
+
+def keys(gm: fx.GraphModule) -> dict[fx.Node, Hashable]:
+    """Each call's merge key as the pass merges: again and again until nothing changes, so two chains of
+    the same views of one input merge link by link, and two matmuls of them merge too (mask campaign
+    00238-mk-arm-custom: two ``x @ x.T`` in different domains, 21 output LSB off on the TOSA reference
+    model). In graph order, each node's key reads its arguments as the nodes they were merged into."""
+    merged: dict[fx.Node, fx.Node] = {}
+    first: dict[Hashable, fx.Node] = {}
+    out: dict[fx.Node, Hashable] = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not node.all_input_nodes:
+            continue
+        if classify(target_name(node)) in (OpClass.QUANTIZE, OpClass.DEQUANTIZE):
+            continue
+        if (k := key(node, merged)) is not None:
+            out[node] = k
+            merged[node] = first.setdefault(k, node)
+    return out
 
 
 def _output(node: fx.Node, consts: Consts) -> tuple[Domain | None, fx.Node | None]:
@@ -75,13 +97,14 @@ def _output(node: fx.Node, consts: Consts) -> tuple[Domain | None, fx.Node | Non
 def oblige_distinct_duplicates(gm: fx.GraphModule, dg: DomainGraph, consts: Consts, targets: tuple[str, ...]) -> None:
     """An error at each duplicate user a merge moves into another domain (on `targets`). The repair
     gives every duplicate the finest of their domains, and each one that needs its own a requant
-    after it (`fix_domain` on the edge to its quantize): merged, they then compute the same codes."""
+    after it (`fix_domain` on the edge to its quantize): merged, they then compute the same codes.
+    A group that merges only because an earlier one did (the views after two matmuls merged across
+    domains) follows from that one: its error and its repair are the earlier group's."""
     groups: dict[Hashable, list[fx.Node]] = {}
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or classify(target_name(node)) in (OpClass.QUANTIZE, OpClass.DEQUANTIZE):
-            continue
-        if node.all_input_nodes and (k := key(node)) is not None and node.name in dg.g:
+    for node, k in keys(gm).items():
+        if node.name in dg.g:
             groups.setdefault(k, []).append(node)
+    moved: set[str] = set()  # duplicates merged into another domain
     for nodes in groups.values():
         outs = {n: _output(n, consts) for n in nodes}
         domains = {d for d, _ in outs.values() if d is not None}
@@ -89,6 +112,10 @@ def oblige_distinct_duplicates(gm: fx.GraphModule, dg: DomainGraph, consts: Cons
             continue
         kept, (kept_dom, _) = nodes[0], outs[nodes[0]]
         broken = [n for n in nodes[1:] if outs[n][0] != kept_dom]
+        if any(_source(a).name in moved for n in nodes for a in n.all_input_nodes):
+            moved.update(n.name for n in broken)
+            continue
+        moved.update(n.name for n in broken)
         if len({d.dtype for d in domains}) > 1:
             _unproven(dg, broken, kept, kept_dom, targets)
             continue
