@@ -9,6 +9,11 @@ y is wrong, and only the comparison reads it.
   had no edge from y, so the wrong codes reached no output.
 - c = 0.0, the top of y's domain: y > c is false on every code y can have, right or wrong, so the where is
   x * 0.25 everywhere and the program computes right: proved, before partitioning and lowered.
+
+A comparison of two grids (`rounded-comparison`): ``where(x * 0.5 > t, x * 0.5, x * 0.25)`` with the comparison's
+operands given fixed int8 grids. Arm rescales both onto the finer one and rounds the coarser's codes there: with
+0.02 and 0.042, t = 0.294 rounds to 0.30, and the one code of x * 0.5 at 0.30 compares the other way (mask
+campaign 00374-mk-arm-custom: 115 LSB); with 0.02 and 0.04 every code of t lands on the finer grid.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import torch
 from torch import nn
 
 import qflow
+from qflow.examples.models import _fixed_qspec
 from qflow.targets.arm import pipeline as arm
 
 X = (torch.linspace(-1.0, 3.0, 64).reshape(1, 4, 4, 4),)
@@ -60,4 +66,70 @@ def test_a_mask_no_code_can_flip_proves(programs) -> None:
     assert err <= 2 * step, f"{err} off on the TOSA reference model (output step {step})"
     report = qflow.analyze(converted, target="arm-tosa")
     assert report.proved, report.errors
+    assert qflow.analyze(lowered, target="arm-tosa", reference=ep).proved
+
+
+class Threshold(nn.Module):
+    def __init__(self, t: float) -> None:
+        super().__init__()
+        self.t = t
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.where(x * 0.5 > self.t, x * 0.5, x * 0.25)
+
+
+class TwoGrids(arm.TOSAQuantizer):
+    """The stock per-tensor annotation (which gives both operands of a comparison one domain), then a fixed
+    int8 grid for each operand of the comparison, as its producer writes it."""
+
+    def __init__(self, scales: tuple[float, float]) -> None:
+        super().__init__(arm.TosaCompileSpec(arm.DEFAULT_SPEC))
+        self.set_global(arm.get_symmetric_quantization_config(is_per_channel=False))
+        self.scales = scales
+
+    def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        model = super().annotate(model)
+        gt = next(n for n in model.graph.nodes if getattr(n.target, "__name__", "").startswith("gt"))
+        for src, scale in zip(gt.args, self.scales, strict=True):
+            spec = _fixed_qspec(
+                scale=scale, zero_point=0, dtype=torch.int8, qscheme=torch.per_tensor_affine, quant_min=-128,
+                quant_max=127,
+            )  # fmt: skip
+            gt.meta["quantization_annotation"].input_qspec_map[src] = spec
+            src.meta["quantization_annotation"].output_qspec = spec
+        return model
+
+
+DENSE = (torch.linspace(-1.0, 3.0, 1024).reshape(1, 4, 16, 16),)  # (every code of x * 0.5 up to 1.5)
+
+
+@pytest.fixture(scope="module")
+def thresholds() -> dict[float, Any]:
+    out = {}
+    for t, scales in ((0.294, (0.02, 0.042)), (0.28, (0.02, 0.04))):
+        converted = arm.quantize(Threshold(t), DENSE, quantizer=TwoGrids(scales))
+        ep = torch.export.export(converted, DENSE, strict=True)
+        lowered = arm.lower(ep, DENSE)
+        [got], want = arm.run_tosa_reference(lowered, DENSE), converted(*DENSE)
+        out[t] = (converted, ep, lowered, float((got - want).abs().max()), float(want.unique().diff().min()))
+    return out
+
+
+def test_a_threshold_the_backend_rounds_onto_the_finer_grid_is_unproven(thresholds) -> None:
+    """Before 2026-12-02 qflow proved it: 19 output LSB off on the TOSA reference model."""
+    converted, ep, lowered, err, step = thresholds[0.294]
+    assert err > 10 * step, f"only {err} off on the TOSA reference model"
+    for report in (
+        qflow.analyze(converted, target="arm-tosa"),
+        qflow.analyze(lowered, target="arm-tosa", reference=ep),
+    ):
+        assert report.status == "unproven", str(report)
+        [found] = [f for f in report.findings if f.kind == "rounded-comparison"]
+        assert "codes 15 and 7" in found.message, found.message  # (0.30 > 0.294 in the program, 15 > 15 on TOSA)
+
+
+def test_a_threshold_on_the_finer_grid_proves(thresholds) -> None:
+    converted, ep, lowered, err, step = thresholds[0.28]
+    assert err <= 1.01 * step, f"{err} off on the TOSA reference model (output step {step})"
+    assert qflow.analyze(converted, target="arm-tosa").proved
     assert qflow.analyze(lowered, target="arm-tosa", reference=ep).proved

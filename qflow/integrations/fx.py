@@ -270,6 +270,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
             duplicate_users.oblige_distinct_duplicates(self.gm, self.dg, self.consts, merging)
         if self.form in ("qdq", "folded"):
             self._oblige_skipped_requants()
+            self._oblige_rounded_comparisons()
         adding = tuple(t.name for t in self._members if t.adds_bias_codes)
         if adding and self.form == "qdq":
             bias_domain.oblige_bias_domains(self.gm, self.dg, self.consts, adding)
@@ -278,6 +279,16 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         if self._carry and not self.target.members and self.target.outcome is Outcome.MISCOMPILE:
             masked.let_go(self.gm, self.dg, self.target.fuses_consecutive_clamps)
         return self.dg
+
+    def _oblige_rounded_comparisons(self) -> None:
+        """Where a member target's backend compares two grids on rounded codes (its ``rounded_comparisons``
+        hook: Arm's rescale onto the finer one) and some pair of codes compares the other way, what the mask
+        selects is unproven there."""
+        for t in self._members:
+            find = t.hook("rounded_comparisons")
+            for c in find(self.gm, self.consts, self.form == "folded") if find is not None else ():
+                if c.node in self.dg.g:
+                    self.dg.oblige_unbounded(c.node, "its operands", "rounded-comparison", c.detail, (t.name,))
 
     def _oblige_skipped_requants(self) -> None:
         """Where a member target's backend computes a consumer on its producer's unrounded result

@@ -257,6 +257,20 @@ KINDS: dict[str, Kind] = {
             "re-quantize the bias after editing the input's or the weight's scale.",
         ),
         Kind(
+            "rounded-comparison",
+            "warning",
+            "a comparison of two grids whose mask the backend's rounding can flip",
+            "The program compares the reals of two quantized operands. The Arm backend rescales both to int32 "
+            "on the finer operand's scale (InsertRescalePass, ExecuTorch 1.5.1), rounding the coarser's codes "
+            "onto it, and compares those: two codes less than a step of the finer grid apart can compare the "
+            "other way, and whatever the mask selects there is the other branch (measured: a threshold in a "
+            "2.1x coarser grid than the value it is compared with, one code flips, 115 output LSB off the "
+            "fake-quantized model on the TOSA reference model). qflow finds such a pair of codes over the "
+            "operands' ranges; whether the program's data reach it is not known: unproven.",
+            "Quantize both operands of the comparison in one domain (share the qspec), or compare with a "
+            "threshold that lies on the value's grid.",
+        ),
+        Kind(
             "skipped-requant",
             "warning",
             "a consumer the backend computes on its producer's unrounded result",

@@ -93,6 +93,13 @@ def skipped_requants(gm: Any, consts: Any, folded: bool) -> list[Any]:
     return rescale_fusion.skipped_requants(gm, consts, folded) + conv_widening.skipped_requants(gm, consts, folded)
 
 
+def rounded_comparisons(gm: Any, consts: Any, folded: bool) -> list[Any]:
+    """The comparisons of two grids whose mask the backend's rescale onto the finer one can flip."""
+    from qflow.targets.arm import comparisons
+
+    return comparisons.rounded_comparisons(gm, consts, folded)
+
+
 def skipped_requants_before_calibration(gm: Any, annotated: Any) -> list[tuple[str, str, str]]:
     """(producer, consumer, why) for each consumer of an annotated graph the Arm backend may feed from its
     producer's unrounded result once calibrated: a fused rescale pair, or an int16 conv's accumulator."""

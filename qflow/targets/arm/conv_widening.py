@@ -50,7 +50,7 @@ def _op(node: fx.Node) -> str:
     return base_name(target_name(node)) if node.op == "call_function" else ""
 
 
-class _Reader:
+class OperandReader:
     """The value an operand reads once folded, and a conv's int16 input, in either form."""
 
     def __init__(self, consts: Consts, folded: bool) -> None:
@@ -142,7 +142,7 @@ class _Reader:
 
 def skipped_requants(gm: fx.GraphModule, consts: Consts, folded: bool) -> list[SkippedRequant]:
     """Each (int16 conv, consumer operand) the Arm backend wires to the conv's unclamped accumulator."""
-    read = _Reader(consts, folded)
+    read = OperandReader(consts, folded)
     found = []
     for c in gm.graph.nodes:
         if _op(c) not in WIDENED_BY:
@@ -168,7 +168,7 @@ def skipped_requants(gm: fx.GraphModule, consts: Consts, folded: bool) -> list[S
     return found
 
 
-def conv_reach(conv: fx.Node, read: _Reader) -> tuple[torch.Tensor, torch.Tensor] | None:
+def conv_reach(conv: fx.Node, read: OperandReader) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The least and the greatest real result the conv reaches at each output element over its
     input's domain — exact, or None. Each element of a program input takes any value of its domain
     on its own, so an output element's extreme is Σ max(w·lo, w·hi) (min for the least) over the
@@ -200,7 +200,7 @@ def conv_reach(conv: fx.Node, read: _Reader) -> tuple[torch.Tensor, torch.Tensor
     return bottom, top
 
 
-def _output_domain(node: fx.Node, read: _Reader) -> Domain | None:
+def _output_domain(node: fx.Node, read: OperandReader) -> Domain | None:
     """The domain `node` is requantized to when that requantized value is a program output."""
     qs = [u for u in node.users if classify(target_name(u)) is OpClass.QUANTIZE]
     if len(qs) != 1 or len(node.users) != 1:
@@ -212,7 +212,7 @@ def _output_domain(node: fx.Node, read: _Reader) -> Domain | None:
     return None if d.is_float or d.per_channel else d
 
 
-def clamp_moves_output(conv: fx.Node, consumer: fx.Node, k: int, read: _Reader) -> tuple[str, float] | None:
+def clamp_moves_output(conv: fx.Node, consumer: fx.Node, k: int, read: OperandReader) -> tuple[str, float] | None:
     """Proof that the skipped clamp moves a program output: `consumer` adds a constant to (or
     subtracts it from) the conv's result and is itself an output; the conv reads a program input,
     so its reach is exact. Returns the witness and how many output LSB it moves, or None."""
