@@ -133,3 +133,17 @@ def test_a_threshold_on_the_finer_grid_proves(thresholds) -> None:
     assert err <= 1.01 * step, f"{err} off on the TOSA reference model (output step {step})"
     assert qflow.analyze(converted, target="arm-tosa").proved
     assert qflow.analyze(lowered, target="arm-tosa", reference=ep).proved
+
+
+def test_before_calibration_a_comparison_of_two_observers_is_unproven() -> None:
+    """The annotated graph: two operands observed apart may calibrate to grids that round apart (unproven);
+    the stock annotation observes both operands of a comparison as one (no finding)."""
+
+    def annotated(quantizer: Any) -> torch.fx.GraphModule:  # (the scalar threshold made a tensor first)
+        return quantizer.annotate(quantizer.transform_for_annotation(arm.export_module(Threshold(0.294), DENSE)))
+
+    report = qflow.analyze(annotated(TwoGrids((0.02, 0.042))), target="arm-tosa")
+    assert report.form == "annotated" and report.status == "unproven", str(report)
+    assert "rounded-comparison" in {f.kind for f in report.findings}
+    shared = qflow.analyze(annotated(arm.default_quantizer()), target="arm-tosa")
+    assert shared.form == "annotated" and "rounded-comparison" not in {f.kind for f in shared.findings}, str(shared)

@@ -23,6 +23,7 @@ from qflow.integrations import duplicate_users
 from qflow.ir.activations import BOUNDED
 from qflow.ir.fx_nodes import Consts, constant_nodes, dtype_name, removed_by_to_edge, target_name
 from qflow.ops import OpClass, base_name, classify
+from qflow.ranges import COMPARISONS
 from qflow.solvers.prove import _UnionFind
 from qflow.targets import OpRule, Target
 from qflow.targets import get as get_target
@@ -149,6 +150,7 @@ class AnnotatedAdapter:
         for n, a in anns.items():
             self._obligations(n, a)
         self._skipped_requants(anns)
+        self._comparisons_before_calibration(anns)
         merging = tuple(t.name for t in self._members if t.merges_duplicate_users)
         for kept, merged in twins if merging else ():
             fixed = all(self.dg.value(n.name).definition.kind is DefKind.FACT for n in (kept, merged))
@@ -342,6 +344,26 @@ class AnnotatedAdapter:
                 if consumer in self.dg.g:
                     reason = f"{consumer} reads {producer}, but {why}"
                     self.dg.oblige_unbounded(consumer, f"operand {producer}", "skipped-requant", reason, (t.name,))
+
+    def _comparisons_before_calibration(self, anns: dict[fx.Node, Any]) -> None:
+        """A comparison whose two operands are not observed as one: on a target that compares two grids on
+        rounded codes (the ``rounded_comparisons`` hook), whether a pair of codes compares the other way is
+        known only once the grids are (the Q/DQ form checks them): unproven here, never proved."""
+        rounding = tuple(t.name for t in self._members if t.hook("rounded_comparisons") is not None)
+        for n in anns if rounding else ():
+            args = [x for x in n.args[:2] if isinstance(x, fx.Node)]
+            # (the annotated graph has no value for a bool: the mask's first reader stands for it)
+            at = next((m.name for m in [n, *n.users] if m.name in self.dg.g), None)
+            if base_name(target_name(n)) not in COMPARISONS or len(args) != 2 or at is None:
+                continue
+            keys = ["|".join(self.in_key(n, x)) for x in args]
+            if all(k in self.uf.parent for k in keys) and self.uf.find(keys[0]) != self.uf.find(keys[1]):
+                why = (
+                    f"{n.name} compares two operands observed apart: {', '.join(rounding)} rescales both onto the "
+                    "finer grid and rounds the coarser's codes, so a pair of codes may compare the other way once "
+                    "calibrated (analyze the converted program)"
+                )
+                self.dg.oblige_unbounded(at, f"{n.name}'s operands", "rounded-comparison", why, rounding)
 
     def _activation_after_calibration(self, n: fx.Node) -> None:
         """On a target whose lowering of an activation is decided by the calibrated program, the
