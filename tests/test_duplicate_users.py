@@ -147,24 +147,20 @@ def merged_chains():
     return x, converted, exported, list(partitions), lowered, lsb
 
 
-def test_matmuls_of_merged_chains_merge_and_are_an_error_in_every_form(merged_chains) -> None:
+def test_matmuls_of_merged_chains_are_an_error_in_their_partition_and_unproven_before(merged_chains) -> None:
     """Stock a8w8: the TOSA reference model is 149 output LSB off on the second output; qflow proved the
-    program before partitioning and its folded partition (only the chains' first links had one key)."""
+    program before partitioning and its folded partition (only the chains' first links had one key). The pass
+    merges within a partition: before partitioning, whether both chains land in one is not known (unproven;
+    two softmax(x) in two partitions compute right, transformer campaign 00476-tx-arm-pc); in the folded
+    partition it is an error, bounded by what it moves (one finding: the views after the matmuls merge only
+    because the matmuls do)."""
     _, _, exported, partitions, lowered, lsb = merged_chains
     assert lsb[0] <= 1 and lsb[1] > 16, lsb
-    reports = [qflow.analyze(exported, target="arm-tosa")] + [qflow.analyze(p, target="arm-tosa") for p in partitions]
-    for report in reports:  # (one finding: the views after the matmuls merge only because the matmuls do)
-        found = [f for f in report.errors if f.kind == "merged-duplicate-users"]
-        assert [f.node.endswith("bmm_1") or f.node.endswith("bmm_default_1") for f in found] == [True], str(report)
-        assert lsb[1] - 1e-3 <= found[0].output_lsb <= 1.5 * lsb[1], found[0].output_lsb
+    before = qflow.analyze(exported, target="arm-tosa")
+    assert before.status == "unproven", str(before)
+    assert [f.node for f in before.findings if f.kind == "merged-duplicate-users"] == ["bmm_1"], str(before)
+    [folded] = [qflow.analyze(p, target="arm-tosa") for p in partitions]
+    found = [f for f in folded.errors if f.kind == "merged-duplicate-users"]
+    assert [f.node for f in found] == ["aten_bmm_default_1"], str(folded)
+    assert lsb[1] - 1e-3 <= found[0].output_lsb <= 1.5 * lsb[1], found[0].output_lsb
     assert qflow.analyze(lowered, target="arm-tosa", reference=exported).status == "violated"
-
-
-def test_repair_separates_merged_chains(merged_chains) -> None:
-    x, converted, exported, *_ = merged_chains
-    fixed = qflow.repair(exported, target="arm-tosa")
-    assert qflow.analyze(fixed, target="arm-tosa").proved
-    want, got = converted(*x), arm.run_tosa_reference(arm.lower(fixed, x), x)
-    outs = next(n for n in converted.graph.nodes if n.op == "output").args[0]
-    for w, g, dq in zip(want, got, outs, strict=True):
-        assert float((g.reshape(w.shape) - w).abs().max()) / float(dq.args[1]) <= 1.0 + 1e-3

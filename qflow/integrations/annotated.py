@@ -152,9 +152,10 @@ class AnnotatedAdapter:
         self._skipped_requants(anns)
         self._comparisons_before_calibration(anns)
         merging = tuple(t.name for t in self._members if t.merges_duplicate_users)
+        merge_keys = duplicate_users.keys(self.gm) if twins and merging else {}
         for kept, merged in twins if merging else ():
             fixed = all(self.dg.value(n.name).definition.kind is DefKind.FACT for n in (kept, merged))
-            if fixed:  # (two fixed domains: equal or not, known now)
+            if fixed and not duplicate_users.chained(merged, merge_keys):  # (two fixed domains: known now)
                 self.dg.oblige(
                     Obligation(ObligationKind.SAME_AS_FIRST, node=merged.name, value=merged.name, other=kept.name,
                                finding_kind=duplicate_users.KIND, targets=merging)
@@ -163,8 +164,9 @@ class AnnotatedAdapter:
             why = (
                 f"{merged.name} computes what {kept.name} computes (same op, same input), and the backend merges "
                 "them after folding the Q/DQ nodes (Arm FuseDuplicateUsersPass); their output observers are not "
-                "forced into one domain, so whether the merge reads codes in the wrong one is known only after "
-                "calibration (analyze the converted program)"
+                "forced into one domain, or it is a duplicate only through a chain of merges the partitioner may "
+                "split, so whether the merge reads codes in the wrong one is known only after calibration and "
+                "partitioning (analyze the converted program and its folded partitions)"
             )
             self.dg.oblige_unbounded(merged.name, "its merge", duplicate_users.KIND, why, merging)
         return self.dg

@@ -94,14 +94,22 @@ def _output(node: fx.Node, consts: Consts) -> tuple[Domain | None, fx.Node | Non
     return qdq_domain(qs[0], consts), qs[0]
 
 
-def oblige_distinct_duplicates(gm: fx.GraphModule, dg: DomainGraph, consts: Consts, targets: tuple[str, ...]) -> None:
+def chained(node: fx.Node, merge_keys: dict[fx.Node, Hashable]) -> bool:
+    """Is `node` a duplicate only through earlier merges (an argument merged into another node)?"""
+    return key(node) != merge_keys.get(node)
+
+
+def oblige_distinct_duplicates(
+    gm: fx.GraphModule, dg: DomainGraph, consts: Consts, targets: tuple[str, ...], folded: bool = False
+) -> None:
     """An error at each duplicate user a merge moves into another domain (on `targets`). The repair
     gives every duplicate the finest of their domains, and each one that needs its own a requant
     after it (`fix_domain` on the edge to its quantize): merged, they then compute the same codes.
     A group that merges only because an earlier one did (the views after two matmuls merged across
     domains) follows from that one: its error and its repair are the earlier group's."""
     groups: dict[Hashable, list[fx.Node]] = {}
-    for node, k in keys(gm).items():
+    merge_keys = keys(gm)
+    for node, k in merge_keys.items():
         if node.name in dg.g:
             groups.setdefault(k, []).append(node)
     moved: set[str] = set()  # duplicates merged into another domain
@@ -117,7 +125,10 @@ def oblige_distinct_duplicates(gm: fx.GraphModule, dg: DomainGraph, consts: Cons
             continue
         moved.update(n.name for n in broken)
         if len({d.dtype for d in domains}) > 1:
-            _unproven(dg, broken, kept, kept_dom, targets)
+            _unproven(dg, broken, kept, kept_dom, targets, _ACROSS_DTYPES)
+            continue
+        if not folded and any(chained(n, merge_keys) for n in broken):
+            _unproven(dg, broken, kept, kept_dom, targets, _ACROSS_PARTITIONS)
             continue
         per_tensor = all(not d.per_channel and not d.is_float for d in domains)
         finest = min(domains, key=lambda d: float(d.scale)) if per_tensor else None  # type: ignore[arg-type]
@@ -137,19 +148,29 @@ def oblige_distinct_duplicates(gm: fx.GraphModule, dg: DomainGraph, consts: Cons
             )  # fmt: skip
 
 
+#: Duplicates of different dtypes. Where the fold gives the op its output dtype as an argument (a sum's
+#: ``dtype``) their signatures differ and nothing is merged: measured exact in 5 custom transformer-campaign
+#: cases, an int8 and an int16 sum of one input, and proved in the folded partition, which has the argument.
+#: The Q/DQ program does not say which ops get one.
+_ACROSS_DTYPES = "in another dtype; what the merge computes across dtypes was not measured to be right"
+#: Duplicates only through earlier merges (two chains of ops on one input): the pass merges within a
+#: partition, and chains the partitioner puts in two do not merge (measured exact: transformer campaign
+#: 00476-tx-arm-pc, two softmax(x); 02120-tx-arm-custom). Which partition holds each is decided later.
+_ACROSS_PARTITIONS = (
+    "through a chain of merges; it reads the other's codes if the partitioner puts both chains in one partition "
+    "(the folded partition says)"
+)
+
+
 def _unproven(
-    dg: DomainGraph, broken: list[fx.Node], kept: fx.Node, kept_dom: Domain, targets: tuple[str, ...]
+    dg: DomainGraph, broken: list[fx.Node], kept: fx.Node, kept_dom: Domain, targets: tuple[str, ...], why: str
 ) -> None:
-    """Duplicates of different dtypes. Where the fold gives the op its output dtype as an argument
-    (a sum's ``dtype``) their signatures differ and nothing is merged: measured exact in 5 custom
-    transformer-campaign cases, an int8 and an int16 sum of one input, and proved in the folded
-    partition, which has the argument. The Q/DQ program does not say which ops get one: unproven."""
+    """Duplicates whose merge the Q/DQ program cannot decide (`why`): unproven, never proved."""
     for n in broken:
         blocker = f"{n.name}?merge"
         reason = (
-            f"{n.name} computes what {kept.name} computes (same op, same input codes) in another dtype; the "
-            f"backend merges such users after folding (Arm FuseDuplicateUsersPass) into {kept.name}'s {kept_dom}, "
-            "and what that computes across dtypes was not measured to be right"
+            f"{n.name} computes what {kept.name} computes (same op, same input codes) {why}; the backend merges "
+            f"such users after folding (Arm FuseDuplicateUsersPass) into {kept.name}'s {kept_dom}"
         )
         dg.add_value(
             Value(

@@ -267,7 +267,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         self.dg.settle_inputs("integer graph input")
         merging = tuple(t.name for t in self._members if t.merges_duplicate_users)
         if merging and self.form in ("qdq", "folded"):
-            duplicate_users.oblige_distinct_duplicates(self.gm, self.dg, self.consts, merging)
+            duplicate_users.oblige_distinct_duplicates(self.gm, self.dg, self.consts, merging, self.form == "folded")
         if self.form in ("qdq", "folded"):
             self._oblige_skipped_requants()
             self._oblige_rounded_comparisons()
