@@ -118,6 +118,8 @@ def oblige_distinct_duplicates(
         domains = {d for d, _ in outs.values() if d is not None}
         if len(nodes) < 2 or len(domains) < 2 or any(d is None for d, _ in outs.values()):
             continue
+        if any(d.opaque is not None for d in domains):  # (qparams the merged graph computes: the same ones)
+            continue
         kept, (kept_dom, _) = nodes[0], outs[nodes[0]]
         broken = [n for n in nodes[1:] if outs[n][0] != kept_dom]
         if any(_source(a).name in moved for n in nodes for a in n.all_input_nodes):
