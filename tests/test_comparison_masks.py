@@ -41,16 +41,18 @@ class Masked(nn.Module):
         return torch.where(y > self.c, x * 0.5, x * 0.25)
 
 
+def _built(model: nn.Module, x: tuple[torch.Tensor, ...], quantizer: Any = None) -> tuple[Any, ...]:
+    """(converted, exported, lowered, the TOSA reference model's largest error, the output's step)."""
+    converted = arm.quantize(model, x) if quantizer is None else arm.quantize(model, x, quantizer=quantizer)
+    ep = torch.export.export(converted, x, strict=True)
+    lowered = arm.lower(ep, x)
+    [got], want = arm.run_tosa_reference(lowered, x), converted(*x)
+    return converted, ep, lowered, float((got - want).abs().max()), float(want.unique().diff().min())
+
+
 @pytest.fixture(scope="module")
 def programs() -> dict[float, Any]:
-    out = {}
-    for c in (0.0, -1.5):
-        converted = arm.quantize(Masked(c), X)
-        ep = torch.export.export(converted, X, strict=True)
-        lowered = arm.lower(ep, X)
-        [got], want = arm.run_tosa_reference(lowered, X), converted(*X)
-        out[c] = (converted, ep, lowered, float((got - want).abs().max()), float(want.unique().diff().min()))
-    return out
+    return {c: _built(Masked(c), X) for c in (0.0, -1.5)}
 
 
 def test_a_mask_the_wrong_codes_can_flip_is_an_error(programs) -> None:
@@ -105,14 +107,7 @@ DENSE = (torch.linspace(-1.0, 3.0, 1024).reshape(1, 4, 16, 16),)  # (every code 
 
 @pytest.fixture(scope="module")
 def thresholds() -> dict[float, Any]:
-    out = {}
-    for t, scales in ((0.294, (0.02, 0.042)), (0.28, (0.02, 0.04))):
-        converted = arm.quantize(Threshold(t), DENSE, quantizer=TwoGrids(scales))
-        ep = torch.export.export(converted, DENSE, strict=True)
-        lowered = arm.lower(ep, DENSE)
-        [got], want = arm.run_tosa_reference(lowered, DENSE), converted(*DENSE)
-        out[t] = (converted, ep, lowered, float((got - want).abs().max()), float(want.unique().diff().min()))
-    return out
+    return {t: _built(Threshold(t), DENSE, TwoGrids(s)) for t, s in ((0.294, (0.02, 0.042)), (0.28, (0.02, 0.04)))}
 
 
 def test_a_threshold_the_backend_rounds_onto_the_finer_grid_is_unproven(thresholds) -> None:
