@@ -19,7 +19,8 @@ import torch.fx as fx
 
 from qflow.domain import Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Symbolic, Value
-from qflow.integrations import duplicate_users
+from qflow.integrations import duplicate_users, observer_calibration
+from qflow.integrations.observer_calibration import Alike
 from qflow.ir.activations import BOUNDED
 from qflow.ir.fx_nodes import Consts, constant_nodes, dtype_name, removed_by_to_edge, target_name
 from qflow.ops import OpClass, base_name, classify
@@ -71,6 +72,11 @@ class AnnotatedAdapter:
         #: Nodes computed from constants only (a LayerNorm weight's reshape): the lowering computes them
         #: ahead of time, in float, as the Q/DQ reader knows (`FxAdapter._from_constants`).
         self._from_constants = constant_nodes(gm.graph, Consts(gm, None))
+        #: Each tensor's first producer up a chain of ops that keep its values (what an observer sees).
+        self._values_of: dict[str, str] = {}
+        #: Input edges (producer, op) of a pass-through op whose observers calibrate alike short of one
+        #: domain: a mirrored zero point (`Alike.SAME_SCALE`) or the observer's decision (the reason).
+        self._alike: dict[tuple[str, str], tuple[Alike, str]] = {}
 
     @staticmethod
     def out_key(n: fx.Node) -> tuple[str, ...]:
@@ -145,6 +151,7 @@ class AnnotatedAdapter:
             if a.output_qspec is not None:
                 self._register(self.out_key(n), a.output_qspec)
         self._share_observers()
+        self._calibrated_alike(anns)
         twins = self._twins(list(anns))
         self._values()
         for n, a in anns.items():
@@ -170,6 +177,44 @@ class AnnotatedAdapter:
             )
             self.dg.oblige_unbounded(merged.name, "its merge", duplicate_users.KIND, why, merging)
         return self.dg
+
+    def _calibrated_alike(self, anns: dict[fx.Node, Any]) -> None:
+        """A pass-through op whose input and output observers are made by one qspec and see nothing but
+        those two tensors calibrates them by a rule known now (`observer_calibration`): one observer
+        group when the domains always agree, else the rest is recorded for its obligation."""
+        calls = [(n, a) for n, a in anns.items() if n.op == "call_function"]
+        for n, a in calls:
+            if observer_calibration.keeps_values(base_name(target_name(n))) and len(a.input_qspec_map) == 1:
+                [p] = a.input_qspec_map
+                self._values_of[n.name] = self._values_of.get(p.name, p.name)
+        for n, a in calls:
+            op, out = base_name(target_name(n)), "|".join(self.out_key(n))
+            for p in a.input_qspec_map:
+                edge = "|".join(self.in_key(n, p))
+                if out not in self.uf.parent or edge not in self.uf.parent or self.uf.find(edge) == self.uf.find(out):
+                    continue
+                if not (self._sees_only(edge, p.name) and self._sees_only(out, n.name)):
+                    continue
+                groups = {self.uf.find(edge), self.uf.find(out)}
+                specs = [qs for k, qs in self.spec.items() if self.uf.find("|".join(k)) in groups]
+                if not specs or any(qs != specs[0] for qs in specs):
+                    continue
+                known = observer_calibration.alike(op, specs[0])
+                if known is not None and known[0] is Alike.SAME:
+                    self.uf.union(edge, out)
+                elif known is not None:
+                    self._alike[(p.name, n.name)] = known
+
+    def _sees_only(self, key: str, name: str) -> bool:
+        """Does `key`'s observer group see only the values of the tensor `name` (it, or a chain of ops
+        that keep its values)?"""
+        group = self.uf.find(key)
+        seen = {
+            k.split("|")[1] if k.startswith("out|") else k.split("|")[2]
+            for k in self.uf.parent
+            if self.uf.find(k) == group
+        }
+        return {self._values_of.get(t, t) for t in seen} == {self._values_of.get(name, name)}
 
     def _twins(self, nodes: list[fx.Node]) -> list[tuple[fx.Node, fx.Node]]:
         """Duplicate users a backend may merge after folding (same op, same arguments), as (kept, merged)
@@ -230,7 +275,16 @@ class AnnotatedAdapter:
         if kind is not None and out is not None:
             for p in a.input_qspec_map:
                 edge_value = f"{p.name}->{n.name}"
-                if edge_value in self.dg.g:
+                alike = self._alike.get((p.name, n.name))
+                if alike is not None and alike[0] is Alike.UNDECIDED:
+                    deciding = tuple(t.name for t in self._members if t.rule(base_name(target_name(n))) is rule)
+                    self.dg.oblige_unbounded(n.name, p.name, kind, alike[1], deciding or (self.target.name,))
+                elif alike is not None:
+                    self.dg.oblige(
+                        Obligation(ObligationKind.STRUCTURAL, node=n.name, value=n.name, finding_kind=kind,
+                                   holds=True, detail=alike[1])
+                    )  # fmt: skip
+                elif edge_value in self.dg.g:
                     self.dg.add_use(edge_value, n.name, p.name)
                     self.dg.oblige(
                         Obligation(

@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "readers",
         (
-            r"qflow\.integrations(\.(fx|fx_[a-z_]+|annotated|masked|duplicate_users|bias_domain|ignored_variants|pte|pte_[a-z_]+|rewrite|arm|xnnpack))?",
+            r"qflow\.integrations(\.(fx|fx_[a-z_]+|annotated|masked|duplicate_users|observer_calibration|bias_domain|ignored_variants|pte|pte_[a-z_]+|rewrite|arm|xnnpack))?",
         ),
     ),
     ("surface", (r"qflow", r"qflow\.(api|cli|__main__)", r"qflow\.integrations\..+", r"qflow\.examples(\..+)?")),
