@@ -190,6 +190,8 @@ CASES: tuple[Case, ...] = (
     Case("gt", "gt", _f(lambda x, y: torch.where(x > y, x, y)), (X4, X4)),
     Case("log", "log", _f(torch.log), positive=True),
     Case("masked_fill", "masked_fill", _f(lambda x, y: x.masked_fill(y > 0.5, -1.0)), (X4, X4)),
+    Case("amax", "amax", _f(lambda x: x.amax(dim=-1, keepdim=True))),
+    Case("amin", "amin", _f(lambda x: x.amin(dim=-1, keepdim=True))),
     Case("matmul(4d)", "matmul", _f(torch.matmul), (HEADS, (1, 2, 16, 8))),
     Case("sdpa", "scaled_dot_product_attention", _f(F.scaled_dot_product_attention), (HEADS, HEADS, HEADS)),
     Case("conv2d", "conv2d", _Conv),

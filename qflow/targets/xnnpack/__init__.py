@@ -40,6 +40,8 @@ TARGET = Target(
         "grid_sampler_2d": OpRule.CPU_FLOAT,
         "col2im": OpRule.CPU_FLOAT,
         "cumsum": OpRule.CPU_FLOAT,  # (the same, 2026-11-27)
+        "amax": OpRule.CPU_FLOAT,  # (the same, 2026-12-02: mask campaign 00287-mk-xnn read it as a code copy)
+        "amin": OpRule.CPU_FLOAT,
         # The partitioner has no embedding config: a lowered program keeps aten.embedding on the CPU
         # (tests/contracts/test_xnnpack_affine_contract.py: a torchao weight-only embedding, 2026-11-27).
         "embedding": OpRule.CPU_FLOAT,
