@@ -33,6 +33,7 @@ KEY = "quantization_annotation"
 _SYMMETRIC = {torch.per_tensor_symmetric, torch.per_channel_symmetric}
 _RELU_LIKE = {"relu", "relu_", "relu6", "hardtanh", "hardtanh_"}
 _FUSED_PRODUCERS = {"conv1d", "conv2d", "conv3d", "linear"}
+_MIN_MAX = {"maximum", "minimum"}
 
 
 def is_annotated(gm: fx.GraphModule) -> bool:
@@ -158,6 +159,7 @@ class AnnotatedAdapter:
             self._obligations(n, a)
         self._skipped_requants(anns)
         self._comparisons_before_calibration(anns)
+        self._min_max_before_calibration(anns)
         merging = tuple(t.name for t in self._members if t.merges_duplicate_users)
         merge_keys = duplicate_users.keys(self.gm) if twins and merging else {}
         for kept, merged in twins if merging else ():
@@ -420,6 +422,25 @@ class AnnotatedAdapter:
                     "calibrated (analyze the converted program)"
                 )
                 self.dg.oblige_unbounded(at, f"{n.name}'s operands", "rounded-comparison", why, rounding)
+
+    def _min_max_before_calibration(self, anns: dict[fx.Node, Any]) -> None:
+        """A maximum / minimum whose two operands are not observed as one: on a target that rounds its result
+        twice (the ``rounded_twice`` hook), whether that moves a code, and whether what follows makes the code
+        many, is known only once the grids are (the Q/DQ form weighs it): unproven here, never proved."""
+        rounding = tuple(t.name for t in self._members if t.hook("rounded_twice") is not None)
+        for n in anns if rounding else ():
+            args = [x for x in n.args[:2] if isinstance(x, fx.Node)]
+            if base_name(target_name(n)) not in _MIN_MAX or len(args) != 2 or n.name not in self.dg.g:
+                continue
+            keys = ["|".join(self.in_key(n, x)) for x in args]
+            if all(k in self.uf.parent for k in keys) and self.uf.find(keys[0]) != self.uf.find(keys[1]):
+                why = (
+                    f"{n.name} takes the {base_name(target_name(n))} of two operands observed apart: "
+                    f"{', '.join(rounding)} rescales both onto the finer grid and the result onto its own, rounding "
+                    "the coarser operand twice, one code off where what follows may make it many (analyze the "
+                    "converted program)"
+                )
+                self.dg.oblige_unbounded(n.name, "its rounding", "rounded-twice", why, rounding)
 
     def _activation_after_calibration(self, n: fx.Node) -> None:
         """On a target whose lowering of an activation is decided by the calibrated program, the

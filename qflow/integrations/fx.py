@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from qflow import bounds
+from qflow import bounds, impact
 from qflow.domain import DTYPE_RANGE, FLOAT, Domain
 from qflow.errors import InputError
 from qflow.gc_pause import paused_gc
@@ -271,6 +271,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         if self.form in ("qdq", "folded"):
             self._oblige_skipped_requants()
             self._oblige_rounded_comparisons()
+            self._oblige_rounded_twice()
         adding = tuple(t.name for t in self._members if t.adds_bias_codes)
         if adding and self.form == "qdq":
             bias_domain.oblige_bias_domains(self.gm, self.dg, self.consts, adding)
@@ -289,6 +290,22 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
             for c in find(self.gm, self.consts, self.form == "folded") if find is not None else ():
                 if c.node in self.dg.g:
                     self.dg.oblige_unbounded(c.node, "its operands", "rounded-comparison", c.detail, (t.name,))
+
+    def _oblige_rounded_twice(self) -> None:
+        """Where a member target's backend rounds a result twice (its ``rounded_twice`` hook: Arm's maximum /
+        minimum of two grids), one code off is its contract's own rounding; where what follows can make that
+        code more than one output LSB (`impact`: a steep table, an argmax, a comparison), unproven there."""
+        for t in self._members:
+            find = t.hook("rounded_twice")
+            for r in find(self.gm, self.consts, self.form == "folded") if find is not None else ():
+                d = self.dg.value(r.value).own_domain if r.value in self.dg.g else None
+                if d is None or not isinstance(d.scale, float):
+                    continue
+                reach = impact.output_error(self.dg, {r.value: d.scale})
+                if reach.output is not None and not reach.lsb <= 1.0:
+                    bound = f"up to {reach.lsb:.3g} LSB" if math.isfinite(reach.lsb) else "an amount qflow cannot bound"
+                    why = f"{r.detail}; what follows moves output {reach.output} by {bound} for that one code"
+                    self.dg.oblige_unbounded(r.node, "its rounding", "rounded-twice", why, (t.name,))
 
     def _oblige_skipped_requants(self) -> None:
         """Where a member target's backend computes a consumer on its producer's unrounded result

@@ -271,6 +271,20 @@ KINDS: dict[str, Kind] = {
             "threshold that lies on the value's grid.",
         ),
         Kind(
+            "rounded-twice",
+            "warning",
+            "a maximum / minimum of two grids the backend rounds twice, where what follows amplifies one code",
+            "The program rounds max(a, b) once onto the output grid. The Arm backend rescales both operands to "
+            "int32 on the finer operand's scale (InsertRescalePass, ExecuTorch 1.5.1) and the result onto the "
+            "output's, so the coarser operand's value is rounded twice and can land one code off (within the "
+            "op's contract). Where the ops after it make that one code more than one output LSB (a steep table "
+            "such as a LayerNorm's rsqrt, an argmax, a comparison), the program is unproven (measured: mask "
+            "campaign 00230-mk-arm-custom, a minimum one code off and the output 12 LSB off on the TOSA reference "
+            "model).",
+            "Quantize both operands of the maximum / minimum in one domain (share the qspec), or give its output "
+            "the finer operand's scale.",
+        ),
+        Kind(
             "skipped-requant",
             "warning",
             "a consumer the backend computes on its producer's unrounded result",

@@ -100,6 +100,13 @@ def rounded_comparisons(gm: Any, consts: Any, folded: bool) -> list[Any]:
     return comparisons.rounded_comparisons(gm, consts, folded)
 
 
+def rounded_twice(gm: Any, consts: Any, folded: bool) -> list[Any]:
+    """The maximum / minimum of two grids whose result the backend rounds twice (one code off)."""
+    from qflow.targets.arm import min_max
+
+    return min_max.rounded_twice(gm, consts, folded)
+
+
 def skipped_requants_before_calibration(gm: Any, annotated: Any) -> list[tuple[str, str, str]]:
     """(producer, consumer, why) for each consumer of an annotated graph the Arm backend may feed from its
     producer's unrounded result once calibrated: a fused rescale pair, or an int16 conv's accumulator."""

@@ -52,7 +52,7 @@ def rounded_comparisons(gm: fx.GraphModule, consts: Consts, folded: bool) -> lis
         if op not in _COMPARE or len(node.args) < 2 or not all(isinstance(a, fx.Node) for a in node.args[:2]):
             continue
         doms = [read.operand_domain(node, k) for k in (0, 1)]
-        if not all(_per_tensor(d) for d in doms) or doms[0].scale == doms[1].scale:  # type: ignore[union-attr]
+        if not all(per_tensor(d) for d in doms) or doms[0].scale == doms[1].scale:  # type: ignore[union-attr]
             continue
         codes = [_codes(node.args[k], doms[k], consts, folded) for k in (0, 1)]  # type: ignore[arg-type]
         witness = _witness(_COMPARE[op], doms[0], doms[1], codes[0], codes[1])  # type: ignore[arg-type]
@@ -70,7 +70,7 @@ def rounded_comparisons(gm: fx.GraphModule, consts: Consts, folded: bool) -> lis
     return found
 
 
-def _per_tensor(d: Domain | None) -> bool:
+def per_tensor(d: Domain | None) -> bool:
     return d is not None and not d.is_float and not d.per_channel and isinstance(d.scale, float) and d.scale > 0
 
 
@@ -103,8 +103,9 @@ def _multiplier(ratio: float) -> tuple[int, int]:
     return m, shift
 
 
-def _on_finer(rel: np.ndarray, scale: float, fine: float) -> np.ndarray:
-    m, shift = _multiplier(scale / fine)
+def rescaled(rel: np.ndarray, scale: float, to: float) -> np.ndarray:
+    """Codes relative to their zero point on grid `scale`, rescaled onto grid `to` as TOSA RESCALE does."""
+    m, shift = _multiplier(scale / to)
     return (rel * m + (1 << (shift - 1))) >> shift
 
 
@@ -120,7 +121,7 @@ def _witness(cmp: Any, a: Domain, b: Domain, ca: tuple[int, int], cb: tuple[int,
     xa = np.broadcast_to(xa[:, None], xb.shape)
     ra, rb = xa - za, xb - zb
     program = cmp(ra.astype(np.float32) * np.float32(sa), rb.astype(np.float32) * np.float32(sb))
-    backend = cmp(_on_finer(ra, sa, fine), _on_finer(rb, sb, fine))
+    backend = cmp(rescaled(ra, sa, fine), rescaled(rb, sb, fine))
     bad = np.argwhere(program != backend)
     if not len(bad):
         return None

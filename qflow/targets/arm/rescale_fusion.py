@@ -97,7 +97,7 @@ def _per_tensor(d: Domain | None) -> bool:
     return d is not None and not d.is_float and not d.per_channel and d.dtype in _SHIFT
 
 
-class _Form:
+class OperandForm:
     """The int8 / int16 domains an op reads and writes once folded, read from a Q/DQ graph (each
     operand a dequantize, the result's one user a quantize) or a folded one (`input_qparams` /
     `output_qparams`)."""
@@ -131,13 +131,19 @@ class _Form:
         if self.folded:
             oq = node.meta.get("output_qparams")
             return quant_args_domain(oq[min(oq)], node) if isinstance(oq, dict) and oq else None
+        q = self.quantize_of(node)
+        return qdq_domain(q, self.consts) if q is not None else None
+
+    @staticmethod
+    def quantize_of(node: fx.Node) -> fx.Node | None:
+        """The one quantize of `node`'s result in a Q/DQ graph."""
         qs = [u for u in node.users if classify(target_name(u)) is OpClass.QUANTIZE]
-        return qdq_domain(qs[0], self.consts) if len(qs) == 1 else None
+        return qs[0] if len(qs) == 1 else None
 
 
 def skipped_requants(gm: fx.GraphModule, consts: Consts, folded: bool) -> list[SkippedRequant]:
     """Each (producer, consumer operand) pair whose rescales FuseConsecutiveRescalesPass removes."""
-    form = _Form(consts, folded)
+    form = OperandForm(consts, folded)
     found = []
     for c in gm.graph.nodes:
         op = base_name(target_name(c)) if c.op == "call_function" else ""
