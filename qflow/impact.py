@@ -274,6 +274,24 @@ def output_error(
     return worst
 
 
+def amplified(dg: DomainGraph, value: str) -> Impact | None:
+    """Where one code of `value`'s own grid goes, when it moves some output by more than one output LSB
+    (None otherwise, or when `value` has no per-tensor grid). A backend one code off the program is
+    within what the contract probe calls exact; what follows can make that code many (a steep table, a
+    finer grid, an argmax), and that no single-op measurement sees."""
+    d = dg.value(value).own_domain if value in dg.g else None
+    if d is None or d.is_float or d.per_channel or not isinstance(d.scale, float):
+        return None
+    reach = output_error(dg, {value: d.scale})
+    return reach if reach.output is not None and not reach.lsb <= 1.0 else None
+
+
+def one_code_text(reach: Impact) -> str:
+    """What `amplified` found, for a finding."""
+    bound = f"up to {reach.lsb:.3g} LSB" if math.isfinite(reach.lsb) else "an amount qflow cannot bound"
+    return f"what follows moves output {reach.output} by {bound} for that one code"
+
+
 def _same_codes(dg: DomainGraph, v: Value, a: str, b: str, landed: Mapping[str, float]) -> bool:
     """Are `a` and `b`, the operands of the elementwise `v`, one tensor's codes on both sides (`same_source`),
     with no error landing between (a wrong read on one side only breaks it)? Element by element: no

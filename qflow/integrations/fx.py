@@ -298,13 +298,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         for t in self._members:
             find = t.hook("rounded_twice")
             for r in find(self.gm, self.consts, self.form == "folded") if find is not None else ():
-                d = self.dg.value(r.value).own_domain if r.value in self.dg.g else None
-                if d is None or not isinstance(d.scale, float):
-                    continue
-                reach = impact.output_error(self.dg, {r.value: d.scale})
-                if reach.output is not None and not reach.lsb <= 1.0:
-                    bound = f"up to {reach.lsb:.3g} LSB" if math.isfinite(reach.lsb) else "an amount qflow cannot bound"
-                    why = f"{r.detail}; what follows moves output {reach.output} by {bound} for that one code"
+                if (reach := impact.amplified(self.dg, r.value)) is not None:
+                    why = f"{r.detail}; {impact.one_code_text(reach)}"
                     self.dg.oblige_unbounded(r.node, "its rounding", "rounded-twice", why, (t.name,))
 
     def _oblige_skipped_requants(self) -> None:

@@ -10,7 +10,7 @@ the semantics of each argument is the Cortex-M dialect's reference kernels', and
 
 from __future__ import annotations
 
-from qflow.targets.contract import OpRule, Outcome, Target
+from qflow.targets.contract import IgnoredVariant, OpRule, Outcome, Target
 
 #: Measured by the contract probe (benchmarks/contracts.md, cortex-m column; tests/contracts/):
 #: a domain change across these miscomputes. The activations are clamps on codes
@@ -55,4 +55,12 @@ TARGET = Target(
     # Loud, not silent: a hardswish no kernel precedes stays an aten op on int8 codes (nothing for
     # DecomposeHardswishPass to fuse it into), which the portable kernel refuses when it runs.
     measured_off={"int8": {"hardswish": "refused when run after a quantize (no int8 hardswish kernel)"}},
+    # Measured on the reference kernels (tests/contracts/test_cortex_m_ignored_variants.py, 2026-12-02): the
+    # passes lower a gelu with approximate="tanh" to a quantized_activation table of the exact (erf) GELU; the
+    # two differ by at most 4.7324e-4 over the reals (at |x| = 2.699; bound with float32 rounding).
+    ignored_variants={
+        "gelu": IgnoredVariant(
+            "approximate", "tanh", 4.74e-4, "computes the exact (erf) GELU instead (its quantized_activation table)"
+        )
+    },
 )
