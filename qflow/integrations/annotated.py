@@ -160,6 +160,7 @@ class AnnotatedAdapter:
         self._skipped_requants(anns)
         self._comparisons_before_calibration(anns)
         self._min_max_before_calibration(anns)
+        self._ignored_variants()
         merging = tuple(t.name for t in self._members if t.merges_duplicate_users)
         merge_keys = duplicate_users.keys(self.gm) if twins and merging else {}
         for kept, merged in twins if merging else ():
@@ -309,6 +310,24 @@ class AnnotatedAdapter:
             self._laid_out_by_lowering(n)
         if cls is OpClass.COMPUTE:
             self._oblige_measured(n, a)
+
+    def _ignored_variants(self) -> None:
+        """An op variant a member target ignores (`Target.ignored_variants`): whether the quantizes after it
+        round the gap away, and what follows keeps that within an output LSB, is known once the grids are
+        (the Q/DQ form weighs it): unproven here, never proved. (An op left in float has no value here:
+        its first reader that has one stands for it.)"""
+        for n in self.gm.graph.nodes:
+            op = base_name(target_name(n)) if n.op == "call_function" else ""
+            at = next((m.name for m in [n, *n.users] if m.name in self.dg.g), None)
+            for t in self._members if at is not None else ():
+                v = t.ignored_variants.get(op)
+                if v is None or n.kwargs.get(v.argument) != v.value:
+                    continue
+                why = (
+                    f"{n.name} ({op}, {v.argument}={v.value!r}): {t.name} {v.measured}; off by at most "
+                    f"{v.max_error:.3g}, which the calibrated grids decide (analyze the converted program)"
+                )
+                self.dg.oblige_unbounded(at, f"{n.name}'s result", "ignored-op-variant", why, (t.name,))
 
     def _activation_dtype(self, n: fx.Node, a: Any) -> str | None:
         """The dtype of the first annotated tensor input, in argument order (the activation, as

@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
 from executorch.exir import to_edge_transform_and_lower
 
 import qflow
@@ -104,6 +105,18 @@ def test_a_linear_after_the_rounded_gap_can_make_its_one_code_many() -> None:
     got = xnnpack.run(xnnpack.to_executorch(xnnpack.lower(ep, x)), x)[0]
     out_scale = next(n.args[1] for n in reversed(list(converted.graph.nodes)) if "dequantize" in str(n.target))
     assert float((got - converted(*x)).abs().max()) <= out_scale * (1 + 1e-6)
+
+
+def test_before_calibration_it_is_unproven() -> None:
+    """The annotated program: whether a quantize rounds the gap away depends on grids calibration picks."""
+    torch.manual_seed(0)
+    x = (torch.randn(4, 16),)
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config())
+    annotated = quantizer.transform_for_annotation(torch.export.export(LinearGeluLinear().eval(), x).module())
+    quantizer.annotate(annotated)
+    report = qflow.analyze(annotated, target="xnnpack")
+    assert report.form == "annotated" and report.status == "unproven", str(report)
+    assert [(f.kind, f.severity) for f in report.findings] == [("ignored-op-variant", "warning")], str(report)
 
 
 def test_through_a_dynamic_quantization_it_is_unproven() -> None:
