@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from test_xnnpack_ignored_variants import Gelu
 
 import qflow
 from qflow import targets
@@ -19,15 +20,6 @@ from qflow.targets.cortex_m import pipeline as cortex_m
 #: Inputs on [-3.2, -2.2], where the two GELUs differ most (4.7e-4 at |x| = 2.7) and the output range
 #: (-0.045 to -0.003) gives a step of 1.7e-4: the gap is several codes, never hidden by rounding.
 X = (torch.linspace(-3.2, -2.2, 512).reshape(1, -1),)
-
-
-class Gelu(torch.nn.Module):
-    def __init__(self, approximate: str) -> None:
-        super().__init__()
-        self.approximate = approximate
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.gelu(x, approximate=self.approximate)
 
 
 @pytest.fixture(scope="module")
