@@ -117,6 +117,13 @@ class Reference:
     #: each relu / hardtanh / clamp: the names it goes by (its own, those it was made from) and its bounds
     #: in real units, as written
     activations: tuple[tuple[frozenset[str], tuple[float | None, float | None]], ...] = ()
+    #: each op with a variant argument (a gelu's `approximate`): the names it goes by and its kwargs
+    variants: tuple[tuple[frozenset[str], tuple[tuple[str, Any], ...]], ...] = ()
+
+    def variant(self, node: fx.Node, argument: str) -> Any:
+        """The `argument` the program before the passes gave the op `node` was made from (None: not known)."""
+        found = {dict(kw).get(argument) for names, kw in self.variants if names & node_names(node)}
+        return found.pop() if len(found) == 1 else None
 
     def linear(self, weight: torch.Tensor) -> Linear | None:
         """The one linear whose weight codes are `weight`'s (None: none, or several)."""
@@ -464,6 +471,8 @@ def _activation(k: Kernel) -> None:
     tie = ((scaled.abs() - scaled.abs().floor()) - 0.5).abs() < 1e-6  # (float error may round either way)
     bad = ~scaled.isnan() & (got != want) & ~(tie & ((got - want).abs() <= 1))
     name = base_name(str(original))
+    if not bad.any() and name == "gelu" and isinstance(k.reference, Reference):
+        _tanh_gelu(k, got, codes, d)
     if not bad.any():
         if k.name in k.dg.g:  # (its output: the function's over its input's reals, rounded)
             k.dg.add_value(replace(k.dg.value(k.name), stands_for=name))
@@ -471,6 +480,23 @@ def _activation(k: Kernel) -> None:
     q = int(bad.nonzero()[0])
     k.check("LUT", False, f"{int(bad.sum())} of 256 entries are not {name} from {d} into {k.out} (code {q - 128}: "
             f"the LUT gives {int(got[q])}, the domains need {int(want[q])})")  # fmt: skip
+
+
+def _tanh_gelu(k: Kernel, got: torch.Tensor, codes: torch.Tensor, d: Domain) -> None:
+    """The table tabulates the exact GELU (the passes build it so, whatever `approximate` says); where the
+    program before the passes asked for the tanh one, entries one code from it are its ignored variant, which
+    the Q/DQ form weighs and this form leaves unproven (`Target.ignored_variants`)."""
+    if k.reference.variant(k.node, "approximate") != "tanh" or k.out is None:  # type: ignore[union-attr]
+        return
+    with torch.no_grad():
+        y = torch.nn.functional.gelu((codes - int(d.zero_point)) * float(d.scale), approximate="tanh")  # type: ignore[arg-type]
+    scaled = y / float(k.out.scale) + int(k.out.zero_point)  # type: ignore[arg-type]
+    want = (torch.sign(scaled) * torch.floor(scaled.abs() + 0.5)).clamp(k.out.qmin, k.out.qmax)
+    off = int((got != want).sum())
+    if off:
+        why = (f"{k.name} tabulates the exact GELU; the program asked for approximate='tanh', {off} of 256 entries "
+               "one code from it, which what follows may make many (the Q/DQ form weighs it)")  # fmt: skip
+        k.dg.oblige_unbounded(k.name, "its table", "ignored-op-variant", why, ("cortex-m",))
 
 
 def _batch_matmul(k: Kernel) -> None:

@@ -123,7 +123,7 @@ def read_reference(ep: Any) -> Reference:
     def scale(n: Any) -> float | None:
         return float(n.args[1]) if isinstance(n, fx.Node) and "quantize_per_tensor" in target_name(n) else None
 
-    linears, adds, pads, clamps = [], [], [], []
+    linears, adds, pads, clamps, variants = [], [], [], [], []
     activations: dict[str, list[tuple[float, int]]] = {"hardsigmoid": [], "hardswish": []}
     for n in ep.graph.nodes:
         op = base_name(target_name(n)) if n.op == "call_function" else ""
@@ -131,6 +131,8 @@ def read_reference(ep: Any) -> Reference:
             pads.append(padded)
         if op in _CLAMPS and (bounds := _real_bounds(n, op)) is not None:
             clamps.append((node_names(n), bounds))
+        if op == "gelu" and n.kwargs:
+            variants.append((node_names(n), tuple(sorted(n.kwargs.items()))))
         if op == "linear" and len(n.args) >= 2:
             weight, zp = codes(n.args[1])
             bias = codes(n.args[2])[0] if len(n.args) > 2 else None
@@ -153,6 +155,7 @@ def read_reference(ep: Any) -> Reference:
         tuple(activations["hardswish"]),
         tuple(pads),
         tuple(clamps),
+        tuple(variants),
     )
 
 
