@@ -73,8 +73,6 @@ class AnnotatedAdapter:
         #: Nodes computed from constants only (a LayerNorm weight's reshape): the lowering computes them
         #: ahead of time, in float, as the Q/DQ reader knows (`FxAdapter._from_constants`).
         self._from_constants = constant_nodes(gm.graph, Consts(gm, None))
-        #: Each tensor's first producer up a chain of ops that keep its values (what an observer sees).
-        self._values_of: dict[str, str] = {}
         #: Input edges (producer, op) of a pass-through op whose observers calibrate alike short of one
         #: domain: a mirrored zero point (`Alike.SAME_SCALE`) or the observer's decision (the reason).
         self._alike: dict[tuple[str, str], tuple[Alike, str]] = {}
@@ -186,38 +184,37 @@ class AnnotatedAdapter:
         those two tensors calibrates them by a rule known now (`observer_calibration`): one observer
         group when the domains always agree, else the rest is recorded for its obligation."""
         calls = [(n, a) for n, a in anns.items() if n.op == "call_function"]
+        values_of: dict[str, str] = {}  # each tensor's first producer up a chain of ops that keep its values
         for n, a in calls:
             if observer_calibration.keeps_values(base_name(target_name(n))) and len(a.input_qspec_map) == 1:
                 [p] = a.input_qspec_map
-                self._values_of[n.name] = self._values_of.get(p.name, p.name)
+                values_of[n.name] = values_of.get(p.name, p.name)
+        seen: dict[str, set[str]] = {}  # observer group → the values its observers see
+        specs: dict[str, list[Any]] = {}  # observer group → its qspecs
+        for k in self.uf.parent:
+            key = k.split("|")
+            tensor = key[1] if key[0] == "out" else key[2]
+            seen.setdefault(self.uf.find(k), set()).add(values_of.get(tensor, tensor))
+        for k, qs in self.spec.items():
+            specs.setdefault(self.uf.find("|".join(k)), []).append(qs)
         for n, a in calls:
             op, out = base_name(target_name(n)), "|".join(self.out_key(n))
             for p in a.input_qspec_map:
                 edge = "|".join(self.in_key(n, p))
-                if out not in self.uf.parent or edge not in self.uf.parent or self.uf.find(edge) == self.uf.find(out):
+                if out not in self.uf.parent or edge not in self.uf.parent:
                     continue
-                if not (self._sees_only(edge, p.name) and self._sees_only(out, n.name)):
+                ge, go = self.uf.find(edge), self.uf.find(out)
+                alone = seen[ge] == {values_of.get(p.name, p.name)} and seen[go] == {values_of.get(n.name, n.name)}
+                one = specs.get(ge, []) + specs.get(go, [])
+                if ge == go or not alone or not one or any(qs != one[0] for qs in one):
                     continue
-                groups = {self.uf.find(edge), self.uf.find(out)}
-                specs = [qs for k, qs in self.spec.items() if self.uf.find("|".join(k)) in groups]
-                if not specs or any(qs != specs[0] for qs in specs):
-                    continue
-                known = observer_calibration.alike(op, specs[0])
+                known = observer_calibration.alike(op, one[0])
                 if known is not None and known[0] is Alike.SAME:
                     self.uf.union(edge, out)
+                    root = self.uf.find(edge)
+                    seen[root], specs[root] = seen.pop(ge) | seen.pop(go), specs.pop(ge, []) + specs.pop(go, [])
                 elif known is not None:
                     self._alike[(p.name, n.name)] = known
-
-    def _sees_only(self, key: str, name: str) -> bool:
-        """Does `key`'s observer group see only the values of the tensor `name` (it, or a chain of ops
-        that keep its values)?"""
-        group = self.uf.find(key)
-        seen = {
-            k.split("|")[1] if k.startswith("out|") else k.split("|")[2]
-            for k in self.uf.parent
-            if self.uf.find(k) == group
-        }
-        return {self._values_of.get(t, t) for t in seen} == {self._values_of.get(name, name)}
 
     def _twins(self, nodes: list[fx.Node]) -> list[tuple[fx.Node, fx.Node]]:
         """Duplicate users a backend may merge after folding (same op, same arguments), as (kept, merged)
