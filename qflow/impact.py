@@ -274,15 +274,16 @@ def output_error(
     return worst
 
 
-def amplified(dg: DomainGraph, value: str) -> Impact | None:
+def amplified(dg: DomainGraph, value: str, rng: Mapping[str, Interval] | None = None) -> Impact | None:
     """Where one code of `value`'s own grid goes, when it moves some output by more than one output LSB
     (None otherwise, or when `value` has no per-tensor grid). A backend one code off the program is
     within what the contract probe calls exact; what follows can make that code many (a steep table, a
-    finer grid, an argmax), and that no single-op measurement sees."""
+    finer grid, an argmax), and that no single-op measurement sees. `rng`: the graph's value ranges, when
+    the caller asks about several values."""
     d = dg.value(value).own_domain if value in dg.g else None
     if d is None or d.is_float or d.per_channel or not isinstance(d.scale, float):
         return None
-    reach = output_error(dg, {value: d.scale})
+    reach = output_error(dg, {value: d.scale}, rng=rng)
     return reach if reach.output is not None and not reach.lsb <= 1.0 else None
 
 

@@ -313,9 +313,10 @@ class AnnotatedAdapter:
         round the gap away, and what follows keeps that within an output LSB, is known once the grids are
         (the Q/DQ form weighs it): unproven here, never proved. (An op left in float has no value here:
         its first reader that has one stands for it.)"""
+        varied = {op for t in self._members for op in t.ignored_variants}
         for n in self.gm.graph.nodes:
             op = base_name(target_name(n)) if n.op == "call_function" else ""
-            at = next((m.name for m in [n, *n.users] if m.name in self.dg.g), None)
+            at = next((m.name for m in [n, *n.users] if m.name in self.dg.g), None) if op in varied else None
             for t in self._members if at is not None else ():
                 v = t.ignored_variants.get(op)
                 if v is None or n.kwargs.get(v.argument) != v.value:

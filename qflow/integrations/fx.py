@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from qflow import bounds, impact
+from qflow import bounds, impact, ranges
 from qflow.domain import DTYPE_RANGE, FLOAT, Domain
 from qflow.errors import InputError
 from qflow.gc_pause import paused_gc
@@ -295,10 +295,12 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         """Where a member target's backend rounds a result twice (its ``rounded_twice`` hook: Arm's maximum /
         minimum of two grids), one code off is its contract's own rounding; where what follows can make that
         code more than one output LSB (`impact`: a steep table, an argmax, a comparison), unproven there."""
+        rng = None
         for t in self._members:
             find = t.hook("rounded_twice")
             for r in find(self.gm, self.consts, self.form == "folded") if find is not None else ():
-                if (reach := impact.amplified(self.dg, r.value)) is not None:
+                rng = rng if rng is not None else ranges.value_ranges(self.dg)
+                if (reach := impact.amplified(self.dg, r.value, rng)) is not None:
                     why = f"{r.detail}; {impact.one_code_text(reach)}"
                     self.dg.oblige_unbounded(r.node, "its rounding", "rounded-twice", why, (t.name,))
 
