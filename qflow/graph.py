@@ -107,6 +107,9 @@ class Value:
     #: The edge labels of the operands of the op it stands for, in that op's order, where they are not
     #: ``args[0]``, ``args[1]`` (a Cortex-M add reads its second operand as ``args[4]``): `ranges`.
     operands: tuple[str, ...] | None = None
+    #: Its scalar operands by edge label (a comparison's threshold, a ``masked_fill``'s fill value, a
+    #: ``where``'s scalar branch): `ranges` reads each as an input holding that one value.
+    scalars: tuple[tuple[str, float], ...] | None = None
 
     @property
     def own_domain(self) -> Domain | None:

@@ -31,7 +31,7 @@ from qflow.bounds import TOLERANCE_LSB
 from qflow.domain import Domain
 from qflow.graph import RETURNED, DefKind, DomainGraph, Value
 from qflow.ops import MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name
-from qflow.ranges import COMPARISONS, Interval, domain_range, same_source, selected, value_ranges
+from qflow.ranges import COMPARISONS, UNBOUNDED, Interval, domain_range, same_source, selected, value_ranges
 
 #: ∞-norm Lipschitz constants of real elementwise functions (max |f'|): GELU's derivative peaks at
 #: 1.129, SiLU's at 1.0998, hardswish's at 1.5; softmax's Jacobian diag(p) - ppᵀ has row sums
@@ -50,6 +50,8 @@ SUMS = frozenset({"add", "add_", "sub", "sub_", "rsub"})
 GAINED = frozenset({"linear", "conv1d", "conv2d", "conv3d", "convolution", "mul", "mul_", "bmm", "matmul", "mm"})
 #: Products of two operands, elementwise or summed over a contraction (`Value.terms`).
 _PRODUCTS = frozenset({"mul", "mul_", "bmm", "matmul", "mm"})
+#: Selects: (the mask, the branch taken where it holds, the other), by edge label.
+_BRANCHES = {"where": ("args[0]", "args[1]", "args[2]"), "masked_fill": ("args[1]", "args[2]", "args[0]")}
 #: Pass-through ops' arguments that carry data (any other tensor argument is an index or a mask:
 #: an error there moves values by anything).
 _DATA_ARGS = {name: tuple(f"args[{i}]" for i in pos) for name, pos in SELECT_INPUTS.items()} | {
@@ -146,6 +148,8 @@ def _op_error(
         return 0.0 if selected(outcome) is not None and rng.backend.get(v.name) == outcome else math.inf
     if name == "where" and (branch := _taken(dg, v, errs, rng)) is not None:
         return max((e for _, lab, e in errs if lab == branch), default=0.0)
+    if name in _BRANCHES and any(lab == _BRANCHES[name][0] and e > 0 for _, lab, e in errs):
+        return _swapped(dg, v, errs, rng)  # (a mask that can flip)
     if v.op_class in (OpClass.PASSTHROUGH, OpClass.DEQUANTIZE, OpClass.QUANTIZE, OpClass.ACTIVATION):
         if v.op_class is OpClass.PASSTHROUGH and not all(_data_edge(name, lab) for _, lab, e in errs if e > 0):
             return math.inf
@@ -193,6 +197,26 @@ def _taken(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: _
         return None
     branch = selected(rng.program.get(cond))
     return branch if branch is not None and selected(rng.backend.get(cond)) == branch else None
+
+
+def _swapped(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: _Ranges) -> float:
+    """A select whose mask can differ: where both sides pick one branch, that branch's error; where they
+    pick apart, as far as the program's one branch and the backend's other can be (a bool mask is either
+    outcome, however it went wrong)."""
+    _, true, false = _BRANCHES[base_name(v.target)]
+    scalars = dict(v.scalars or ())
+    by_label = {lab: p for p, data in dg.g._pred[v.name].items() for lab in data["args"]}
+    err = {lab: e for _, lab, e in errs}
+
+    def sides(lab: str) -> tuple[Interval, Interval]:
+        if lab in scalars:
+            return (scalars[lab], scalars[lab]), (scalars[lab], scalars[lab])
+        p = by_label.get(lab)
+        return (rng.program[p], rng.backend[p]) if p is not None else (UNBOUNDED, UNBOUNDED)
+
+    (pt, bt), (pf, bf) = sides(true), sides(false)
+    apart = max(pt[1] - bf[0], bf[1] - pt[0], pf[1] - bt[0], bt[1] - pf[0])
+    return max(apart, err.get(true, 0.0), err.get(false, 0.0))
 
 
 def _product_error(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: _Ranges) -> float | None:

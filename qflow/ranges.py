@@ -129,6 +129,8 @@ def _affine(v: Value, x: Interval) -> Interval:
     return min(los), max(his)
 
 
+#: The producer `ranges` names for a scalar operand (`Value.scalars`): no value of the graph.
+SCALAR = ""
 #: Comparisons (a bool result, 0 or 1), and each one's operands swapped.
 COMPARISONS = {"gt": "lt", "lt": "gt", "ge": "le", "le": "ge", "eq": "eq", "ne": "ne"}
 _NOT_KNOWN: Interval = (0.0, 1.0)
@@ -143,6 +145,8 @@ def _compared(dg: DomainGraph, name: str, ins: list[tuple[str, str, Interval]]) 
     if "args[0]" not in by or "args[1]" not in by:
         return _NOT_KNOWN
     (pa, a), (pb, b) = by["args[0]"], by["args[1]"]
+    if pb == SCALAR:
+        return _against(name, a, b[0])
     ca, cb = _codes(dg, pa), _codes(dg, pb)
     if ca is None or cb is None:
         return _NOT_KNOWN
@@ -163,6 +167,24 @@ def _compared(dg: DomainGraph, name: str, ins: list[tuple[str, str, Interval]]) 
     if gap == 0.0 and a[0] == a[1] == b[0] == b[1]:
         return (1.0, 1.0) if name == "eq" else (0.0, 0.0)
     return _NOT_KNOWN
+
+
+def _against(name: str, a: Interval, c: float) -> Interval:
+    """A comparison of values in `a` with the number `c`, where it has one outcome: the ends are
+    computed in float64 and the program compares float32, so only values further from `c` than float32's
+    rounding decide (but 0, which every rounding keeps: a value <= 0 stays <= 0)."""
+    near = 0.0 if c == 0.0 else 1e-6 * max(1.0, abs(c), *(abs(x) for x in a if math.isfinite(x)))
+    below, above = a[1] <= c - near, a[0] >= c + near
+    under, over = a[1] < c - near, a[0] > c + near
+    outcome = {
+        "gt": (0.0, 0.0) if below else (1.0, 1.0) if over else None,
+        "ge": (1.0, 1.0) if above else (0.0, 0.0) if under else None,
+        "lt": (1.0, 1.0) if under else (0.0, 0.0) if above else None,
+        "le": (0.0, 0.0) if over else (1.0, 1.0) if below else None,
+        "eq": (0.0, 0.0) if under or over else None,
+        "ne": (1.0, 1.0) if under or over else None,
+    }[name]
+    return outcome or _NOT_KNOWN
 
 
 def _steps(x: Interval, scale: float) -> Interval:
@@ -229,6 +251,7 @@ def _compute(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) ->
 
 def _transfer(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -> Interval:
     name, cls = base_name(v.target), v.op_class
+    ins = ins + [(SCALAR, lab, (c, c)) for lab, c in v.scalars or ()]
     own = domain_range(v.definition.domain) if v.definition.kind is DefKind.FACT else None
     if cls is OpClass.QUANTIZE and own is not None and ins:
         return _on_grid(_hull([i for _, _, i in ins]), v.definition.domain.scale, own)  # type: ignore[union-attr]
@@ -236,6 +259,10 @@ def _transfer(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -
         out = v.values  # (a constant's own values)
     elif cls is OpClass.DEQUANTIZE and ins and ins[0][1] == "args[0]":
         out = ins[0][2]
+    elif cls is OpClass.PASSTHROUGH and name == "masked_fill":
+        by_label = {lab: i for _, lab, i in ins}
+        x, fill = by_label.get("args[0]", UNBOUNDED), by_label.get("args[2]", UNBOUNDED)
+        out = {"args[1]": fill, "args[2]": x}.get(selected(by_label.get("args[1]")) or "", _hull([x, fill]))
     elif cls is OpClass.PASSTHROUGH and name not in _ADDS_VALUES:
         sel = SELECT_INPUTS.get(name)
         by_label = {lab: i for _, lab, i in ins}

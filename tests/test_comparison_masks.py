@@ -27,6 +27,7 @@ from torch import nn
 import qflow
 from qflow.examples.models import _fixed_qspec
 from qflow.targets.arm import pipeline as arm
+from qflow.targets.cortex_m import pipeline as cortex_m
 
 X = (torch.linspace(-1.0, 3.0, 64).reshape(1, 4, 4, 4),)
 
@@ -142,3 +143,59 @@ def test_before_calibration_a_comparison_of_two_observers_is_unproven() -> None:
     assert "rounded-comparison" in {f.kind for f in report.findings}
     shared = qflow.analyze(annotated(arm.default_quantizer()), target="arm-tosa")
     assert shared.form == "annotated" and "rounded-comparison" not in {f.kind for f in shared.findings}, str(shared)
+
+
+class FilledBelow(nn.Module):
+    """``x.masked_fill(sigmoid(relu(x) + lo) > 0.25, -1.0)``: Cortex-M keeps the comparison on the sigmoid's
+    codes (zero point -128) with 0.25 as written, so it flips on the codes of (0.25, 0.5]; with lo = 0.5 the
+    sigmoid stays above 0.62 and no code it reaches flips."""
+
+    def __init__(self, lo: float) -> None:
+        super().__init__()
+        self.lo = lo
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.masked_fill(torch.sigmoid(torch.relu(x) + self.lo) > 0.25, -1.0)
+
+
+class FilledTwice(nn.Module):
+    """The mask menu's shape (campaign case 00022-mk-cm): the flipped mask fills 0 among values <= 0, and
+    what reads the fill keeps only values >= 0 — every value the flip can pick becomes the same code."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = -torch.relu(x)
+        return torch.relu(y.masked_fill(torch.sigmoid(x) > 0.25, 0.0)) + x
+
+
+CM_X = [(torch.linspace(-4.0, 4.0, 64).reshape(1, 4, 4, 4),), (torch.linspace(-0.5, 0.5, 64).reshape(1, 4, 4, 4),)]
+
+
+@pytest.fixture(scope="module")
+def cortex_m_masks() -> dict[str, Any]:
+    """name → (the exported PT2E program, the Cortex-M reference kernels' largest error, the output's step)."""
+    out = {}
+    for name, model in (("reached", FilledBelow(-3.0)), ("unreached", FilledBelow(0.5)), ("twice", FilledTwice())):
+        converted = cortex_m.quantize(model.eval(), CM_X)
+        _, program = cortex_m.lower(converted, CM_X[0])
+        wants = [converted(*cortex_m.channels_last(x)) for x in CM_X]
+        err = max(float((cortex_m.run(program, x)[0] - w).abs().max()) for x, w in zip(CM_X, wants, strict=True))
+        [dq] = converted.graph.output_node().args[0]  # (the output's dequantize: its scale is the output's step)
+        step = float(dq.args[1])
+        out[name] = (torch.export.export(converted, cortex_m.channels_last(CM_X[0])), err, step)
+    return out
+
+
+def test_cortex_m_a_mask_flipped_on_codes_the_values_reach_is_an_error(cortex_m_masks) -> None:
+    ep, err, step = cortex_m_masks["reached"]
+    assert err > 10 * step, f"only {err} off on the Cortex-M reference kernels"
+    [error] = qflow.analyze(ep, target="cortex-m").errors
+    assert (error.kind, error.node) == ("real-constant-on-codes", "gt"), str(error)
+
+
+@pytest.mark.parametrize("name", ["unreached", "twice"])
+def test_cortex_m_a_mask_whose_flip_moves_no_output_proves(cortex_m_masks, name: str) -> None:
+    """Before 2026-12-02 both were errors: a comparison on codes that flips anywhere in the dtype."""
+    ep, err, step = cortex_m_masks[name]
+    assert err <= 1.01 * step, f"{err} off on the Cortex-M reference kernels (output step {step})"
+    report = qflow.analyze(ep, target="cortex-m")
+    assert report.proved, str(report)

@@ -51,6 +51,7 @@ from qflow.ir.fx_nodes import (
     numel_of,
     qdq_domain,
     removed_by_to_edge,
+    scalar_operands,
     static_shape,
     target_name,
     tensor_args,
@@ -349,6 +350,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
                 if op_class in (OpClass.DEQUANTIZE, OpClass.CONSTANT)
                 else None,
                 reduced=gains.reduced(node) if node.op == "call_function" else None,
+                scalars=scalar_operands(node),
             )
         )
 

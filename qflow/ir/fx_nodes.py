@@ -7,6 +7,7 @@ Knows no backend and builds no domain graph: the toolkit under `qflow.integratio
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,6 +85,23 @@ def dtype_name(dt: Any) -> str:
 def _dtype_name(dt: Any) -> str:
     s = str(dt)
     return s[len("torch.") :] if s.startswith("torch.") else s
+
+
+#: Ops whose scalar operands bound what they output (`Value.scalars`).
+_SCALAR_READERS = frozenset({"gt", "lt", "ge", "le", "eq", "ne", "where", "masked_fill"})
+
+
+def scalar_operands(node: fx.Node) -> tuple[tuple[str, float], ...] | None:
+    """(edge label, value) of each finite number `node` reads as an operand, for a comparison, a
+    ``where`` or a ``masked_fill`` (a bool or an infinite fill bounds nothing); None when it has none."""
+    if node.op != "call_function" or base_name(target_name(node)) not in _SCALAR_READERS:
+        return None
+    out = tuple(
+        (f"args[{i}]", float(a))
+        for i, a in enumerate(node.args)
+        if isinstance(a, (int, float)) and not isinstance(a, bool) and math.isfinite(a)
+    )
+    return out or None
 
 
 def val_of(node: fx.Node) -> Any:

@@ -236,6 +236,8 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
             lo, hi = _read_as(declared, ob.codes)
             return spot, max(hi, program[1]) - min(lo, program[0]), (lo, hi), True  # (a clamp: whatever reaches it)
         return spot, impact.width(declared), _read_as(declared, DTYPE_RANGE[declared.dtype]), False
+    if ob.finding_kind == "real-constant-on-codes" and ob.arg in ranges.COMPARISONS and ob.expected is not None:
+        return _flipped(dg, ob, rng)
     if ob.finding_kind == "real-constant-on-codes" and ob.codes is not None and ob.bound is not None:
         # (an activation on codes with its bounds as written: its codes, each at most `bound.codes` off)
         at, d = _codes_of(dg, ob.node), ob.expected
@@ -262,6 +264,19 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
         return None
     bound = bounds.dropped_requant(r.produced, r.expected, bounds.COPY, codes) or _widened(r, codes)
     return _as_copy(spot, r.produced, r.expected, codes, bound)
+
+
+def _flipped(dg: DomainGraph, ob: Obligation, rng: Mapping[str, Interval]) -> tuple[str, float, Interval, bool] | None:
+    """A comparison of codes with a threshold written for reals: its outcome flips on codes `ob.codes` of
+    its input's domain. None of them reached: the program's mask. Else a bool that can be either (`impact`
+    weighs what a select it picks does with it)."""
+    src = dg.producer(ob.node, "args[0]")
+    reached = reach(ob.expected, rng.get(src)) if src is not None else None
+    if reached is None or ob.codes is None:
+        return None
+    if reached[1] < ob.codes[0] or ob.codes[1] < reached[0]:
+        return ob.node, 0.0, rng.get(ob.node, ranges.UNBOUNDED), False
+    return ob.node, 1.0, (0.0, 1.0), False
 
 
 def _as_copy(

@@ -98,3 +98,59 @@ def test_a_condition_the_wrong_codes_decide_differently_is_unbounded() -> None:
     dg.value("dx").values = (-1.0, 0.0)  # (the program's x: below c everywhere)
     assert ranges.value_ranges(dg)["m"] == (0.0, 0.0)
     assert math.isinf(impact.output_error(dg, {"dx": 3 * X.scale}, backend={"dx": (0.3, TOP)}).lsb)
+
+
+def _thresholded(c: float, fill: float, then: float | None = None) -> DomainGraph:
+    """dx (x's reals) → m = gt(dx, c) (a scalar operand) → f = masked_fill(dx, m, fill) → (t = gt(f, then)
+    → w = where(t, dx, 2.0)) → quantize to X."""
+    dg = DomainGraph(form="qdq")
+
+    def add(name, target, cls, *ins, domain=None, scalars=None):
+        d = Definition(DefKind.FACT, domain) if domain is not None else Definition(DefKind.FREE, reason="op")
+        dg.add_value(Value(name, target, cls, d, numel=8, scalars=scalars))
+        for k, src in enumerate(ins):
+            dg.add_use(src, name, f"args[{k}]")
+
+    add("x", "placeholder", OpClass.UNKNOWN, domain=X)
+    add("dx", DQ, OpClass.DEQUANTIZE, "x", domain=X)
+    add("m", "aten.gt.Scalar", OpClass.COMPUTE, "dx", scalars=(("args[1]", c),))
+    add("f", "aten.masked_fill.Scalar", OpClass.PASSTHROUGH, "dx", "m", scalars=(("args[2]", fill),))
+    last = "f"
+    if then is not None:
+        add("t", "aten.gt.Scalar", OpClass.COMPUTE, "f", scalars=(("args[1]", then),))
+        add("w", "aten.where.ScalarOther", OpClass.PASSTHROUGH, "t", "dx", scalars=(("args[2]", 2.0),))
+        last = "w"
+    add("q", Q, OpClass.QUANTIZE, last, domain=X)
+    dg.outputs = ["q"]
+    return dg
+
+
+@pytest.mark.parametrize(
+    ("c", "outcome"),
+    [(TOP + 1e-5, (0.0, 0.0)), (BOTTOM - 1e-5, (1.0, 1.0)), (0.0, (0.0, 1.0)), (TOP, (0.0, 1.0))],
+)
+def test_a_comparison_with_a_scalar_has_one_outcome_only_beyond_float32s_rounding(c, outcome) -> None:
+    """x > top is either in float32: the dequantized top and the threshold each round their own way."""
+    assert ranges.value_ranges(_thresholded(c, 0.0))["m"] == outcome
+
+
+def test_a_masked_fill_holds_its_fill_where_the_mask_can_hold() -> None:
+    got = ranges.value_ranges(_thresholded(0.0, 1.5))["f"]
+    assert got == pytest.approx((BOTTOM, 1.5))
+    assert ranges.value_ranges(_thresholded(TOP + 1e-5, 1.5))["f"] == pytest.approx((BOTTOM, TOP))  # (never filled)
+
+
+def test_a_flipped_mask_moves_a_select_by_the_span_of_what_it_picks() -> None:
+    """The backend's mask can be either anywhere (a comparison of codes, `landing`): where the two sides
+    disagree one holds x, the other the fill 0 — at most |bottom| apart."""
+    dg = _thresholded(0.0, 0.0)
+    reach = impact.output_error(dg, {"m": 1.0}, backend={"m": (0.0, 1.0)})
+    assert reach.output == "q" and reach.lsb == pytest.approx((0.0 - BOTTOM) / X.scale)
+
+
+def test_a_flipped_mask_no_later_comparison_sees_moves_no_output() -> None:
+    """Filled or not, f stays below 0.6: the where after it is 2.0 on both sides. Against -0.5 the where can
+    pick x on one side and 2.0 on the other: (2.0 - bottom) / scale before the output's grid clamps it."""
+    assert impact.output_error(_thresholded(0.0, 0.0, then=0.6), {"m": 1.0}, backend={"m": (0.0, 1.0)}).lsb == 0.0
+    reach = impact.output_error(_thresholded(0.0, 0.0, then=-0.5), {"m": 1.0}, backend={"m": (0.0, 1.0)})
+    assert reach.lsb == pytest.approx((2.0 - BOTTOM) / X.scale)

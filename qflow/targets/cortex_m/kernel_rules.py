@@ -65,6 +65,7 @@ from qflow.ir.fx_nodes import (
     module_path,
     numel_of,
     quant_args_domain,
+    scalar_operands,
     static_shape,
     target_name,
 )
@@ -183,7 +184,8 @@ def node_value(node: fx.Node, d: Definition, cls: OpClass = OpClass.COMPUTE) -> 
     val = node.meta.get("val")
     dt = dtype_name(val.dtype) if isinstance(val, torch.Tensor) else None
     where = {"stack_trace": node.meta.get("stack_trace"), "module_path": module_path(node)}
-    return Value(node.name, target_name(node), cls, d, dtype=dt, numel=numel_of(val), **where)
+    return Value(node.name, target_name(node), cls, d, dtype=dt, numel=numel_of(val), scalars=scalar_operands(node),
+                 **where)  # fmt: skip
 
 
 def code_of(d: Domain, v: float) -> int:

@@ -17,10 +17,12 @@ from qflow.domain import FLOAT, Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, float_fact
 from qflow.ir.fx_nodes import (
     Consts,
+    arg_label,
     eager_layout_differs,
     is_float,
     quant_args_domain,
     target_name,
+    tensor_args,
 )
 from qflow.ops import OpClass, base_name, classify
 from qflow.targets.cortex_m.kernel_rules import (
@@ -491,34 +493,39 @@ def _comparison(dg: DomainGraph, node: fx.Node) -> bool:
     if domains == [None, None]:
         return False  # (on reals: a float comparison)
     dg.add_value(node_value(node, Definition(DefKind.FREE, reason="domain-free bool tensor")))
-    for a in node.all_input_nodes:
+    for i, j, a in tensor_args(node):
         if a.name in dg.g:
-            dg.add_use(a.name, node.name, "args")
+            dg.add_use(a.name, node.name, arg_label(i, j))
     op = base_name(target_name(node))
     other = node.args[1] if len(node.args) > 1 else None
     d = domains[0] or domains[1]
     assert d is not None
+    wrong = None
     if isinstance(other, fx.Node):
         holds = domains[0] is not None and domains[0] == domains[1]
         detail = f"compares codes of {domains[0] or 'reals'} with codes of {domains[1] or 'reals'}"
     else:
-        holds, detail = _threshold(_COMPARISONS[op], d, float(other))  # type: ignore[arg-type]
+        wrong, detail = _threshold(_COMPARISONS[op], d, float(other))  # type: ignore[arg-type]
+        holds = wrong is None
+    # (with a threshold: the codes whose outcome flips, `landing` weighs what the flip moves downstream)
     dg.oblige(
         Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind="real-constant-on-codes",
-                   holds=holds, arg=op, detail=f"{node.name} ({op}) {detail}.")
+                   holds=holds, arg=op, detail=f"{node.name} ({op}) {detail}.", codes=wrong,
+                   expected=d if wrong is not None and domains[0] is not None else None)
     )  # fmt: skip
     return True
 
 
-def _threshold(compare: Any, d: Domain, c: float) -> tuple[bool, str]:
-    """Does comparing codes with `c` as written give the real comparison, on every code of `d`?"""
+def _threshold(compare: Any, d: Domain, c: float) -> tuple[tuple[int, int] | None, str]:
+    """Does comparing codes with `c` as written give the real comparison, on every code of `d`? (the
+    first and last code it does not give it on, or None; what it found)"""
     codes = torch.arange(d.qmin, d.qmax + 1, dtype=torch.int32)
     reals = (codes - int(d.zero_point)).to(torch.float32) * float(d.scale)  # type: ignore[arg-type]
     wrong = codes[compare(codes.to(torch.float32), c) != compare(reals, c)]
     if not len(wrong):
-        return True, f"compares codes of {d} with {c:g}: the same mask as the reals on every code"
+        return None, f"compares codes of {d} with {c:g}: the same mask as the reals on every code"
     q = int(wrong[0])
-    return False, (
+    return (q, int(wrong[-1])), (
         f"compares codes of {d} with {c:g} as written: the mask differs from the real comparison on "
         f"{len(wrong)} of {len(codes)} codes (code {q}, real {(q - int(d.zero_point)) * float(d.scale):.4g})"  # type: ignore[arg-type]
     )
