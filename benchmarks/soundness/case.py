@@ -232,6 +232,23 @@ def random_inputs(converted: torch.fx.GraphModule, tests: list[Inputs], seed: in
     return out
 
 
+def level_inputs(converted: torch.fx.GraphModule, tests: list[Inputs], n: int) -> list[Inputs]:
+    """`n` constant inputs (`rejudge.py --levels`): every element of every input at one level, evenly spaced from
+    the bottom of each input's quantization range to its top (and at 0 where the range holds it). A row of equal
+    values is what masks and reductions are least likely to meet in random inputs; chosen from the program alone."""
+    ranges = _input_ranges(converted, tests)
+    levels = [k / (n - 1) for k in range(n)] if n > 1 else [0.0] * n
+    out = []
+    for at in levels:
+        out.append(tuple(
+            t.clone().fill_(lo + at * (hi - lo)) if t.is_floating_point() else t
+            for t, (lo, hi) in zip(tests[0], ranges, strict=True)
+        ))  # fmt: skip
+    if n and all(lo < 0 < hi for lo, hi in ranges):
+        out.append(tuple(t.clone().fill_(0.0) if t.is_floating_point() else t for t in tests[0]))
+    return out
+
+
 def quantized(variant: str, spec: dict[str, Any], index: int, sink: dict[str, Any]) -> tuple[Any, ...]:
     """(the converted program, its calibration samples, its test inputs) of a case: its seeds make the
     same program every time (`run_case`, `rejudge.py`). `sink` gets the custom overrides."""

@@ -21,6 +21,8 @@ against the original fake-quantized model) — whether the flagged violation is 
 the new ones, and records that error alone (`err`; not merged with the campaign's, which ran double
 rounding): on the same inputs as a run without it, whether a deviation is the kernels' rounding or something
 else.
+`--levels N` adds N constant inputs (`case.level_inputs`: every element at one level of its input's range, and 0):
+rows of equal values, which random inputs seldom give a mask or a row maximum.
 `--ties N` judges nothing anew: on the inputs a record was judged on it records, per output, how far the
 backend's result is from the nearest of N results the fake-quantized model gives with what it requantizes
 jittered (`case.tie_resolutions`, in output LSB: `more.ties`). Within the band, each code the backend wrote is one
@@ -101,6 +103,7 @@ def ties(rec: dict[str, Any], trials: int) -> dict[str, Any]:
     inputs = tests + case.domain_inputs(converted, tests, seed=index)
     if isinstance(more := (rec.get("more") or {}).get("inputs"), int):
         inputs += case.random_inputs(converted, tests, seed=index, n=more)
+        inputs += case.level_inputs(converted, tests, (rec.get("more") or {}).get("levels", 0))
     edge, _ = case.lower(variant, copy.deepcopy(exported), tests[0])
     got = [case.run_backend(variant, edge, x) for x in inputs]
     with torch.no_grad():
@@ -115,10 +118,10 @@ def ties(rec: dict[str, Any], trials: int) -> dict[str, Any]:
     return {**copy.deepcopy(rec), "more": ran}
 
 
-def rejudge(rec: dict[str, Any], n: int, attribute: bool, single: bool = False) -> dict[str, Any]:
+def rejudge(rec: dict[str, Any], n: int, attribute: bool, single: bool = False, levels: int = 0) -> dict[str, Any]:
     t0 = time.perf_counter()
     index, variant, converted, tests, exported = _program(rec)
-    inputs = case.random_inputs(converted, tests, seed=index, n=n)
+    inputs = case.random_inputs(converted, tests, seed=index, n=n) + case.level_inputs(converted, tests, levels)
     if single:  # (the campaign's own inputs too: its verdict ran the double rounding on them)
         inputs = tests + case.domain_inputs(converted, tests, seed=index) + inputs
     with torch.no_grad():
@@ -126,7 +129,7 @@ def rejudge(rec: dict[str, Any], n: int, attribute: bool, single: bool = False) 
     grids = rec["grids"]
     edge, _ = case.lower(variant, copy.deepcopy(exported), tests[0])
     err = case.compare([case.run_backend(variant, edge, x) for x in inputs], want, grids)
-    more: dict[str, Any] = {"inputs": n, "err": err}
+    more: dict[str, Any] = {"inputs": n, "levels": levels, "err": err}
     if attribute and (rec.get("repair") or {}).get("status") == "repaired":
         import qflow
 
@@ -152,6 +155,7 @@ def main() -> None:
         "--cmsis-single-rounding", action="store_true", help="Cortex-M: the reference kernels round once (see above)"
     )
     ap.add_argument("--ties", type=int, default=0, metavar="N", help="tie resolutions, N jitters (see above)")
+    ap.add_argument("--levels", type=int, default=0, metavar="N", help="N constant inputs more (case.level_inputs)")
     args = ap.parse_args()
     ids = Path(args.ids[1:]).read_text().split() if args.ids.startswith("@") else args.ids.split(",")
     recs = {r["id"]: r for r in load([Path(p) for p in args.records])}
@@ -166,9 +170,9 @@ def main() -> None:
                 new = ties(rec, args.ties)
             elif args.cmsis_single_rounding:
                 with cmsis_single_rounding():
-                    new = rejudge(rec, args.inputs, args.attribute, single=True)
+                    new = rejudge(rec, args.inputs, args.attribute, single=True, levels=args.levels)
             else:
-                new = rejudge(rec, args.inputs, args.attribute)
+                new = rejudge(rec, args.inputs, args.attribute, levels=args.levels)
         except Exception as e:  # noqa: BLE001 - one case's failure is recorded, the rest go on
             new = copy.deepcopy(rec)
             new["more"] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-1500:]}
