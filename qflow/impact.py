@@ -14,8 +14,9 @@ kernel) by the gain its adapter measured (``Value.gain``, e.g. a linear layer's
 largest row sum of absolute weights), a product of two operands by the values each can hold, and
 a requant rounds it by at most one step and clamps it to its range's width,
 a comparison with one outcome on both sides ends it (and a ``where`` on it
-keeps only its branch's), and a delegate call hands it to the partition input
-it feeds. Whatever is not modelled (norms, exp, a comparison that can flip,
+keeps only its branch's), a ``where`` / ``masked_fill`` whose mask can flip is as far off as
+the branch one side picks can be from the other's, and a delegate call hands it to the partition input
+it feeds. Whatever is not modelled (norms, a comparison that can flip feeding anything but a select,
 indices, unknown ops, a delegate's other inputs) makes it unbounded. An output is safe when the error
 reaching its last rounding is at most half an output LSB (`bounds.TOLERANCE_LSB`,
 the rule a dropped requant's own bound obeys). Torch-free.

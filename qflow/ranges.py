@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Mapping
 
+import networkx as nx
+
 from qflow.domain import Domain
 from qflow.graph import RETURNED, DefKind, DomainGraph, Value
 from qflow.ops import MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name
@@ -317,6 +319,40 @@ def value_ranges(dg: DomainGraph, given: Mapping[str, Interval] | None = None) -
         if (parent := dg.fed.get(name)) in out:  # (a partition's input: what its call feeds it)
             out[name] = _meet(out[name], out[parent])
     return out
+
+
+# -- the elements where one thing happens: ranges conditioned on a source's values -------------------
+
+#: Ops whose output element i reads only element i of each operand of its own size.
+ELEMENTWISE = frozenset({
+    "add", "add_", "sub", "sub_", "rsub", "mul", "mul_", "div", "neg", "abs", "sigmoid", "tanh", "exp", "gelu",
+    "silu", "hardswish", "hardsigmoid", "erf", "sqrt", "rsqrt", "reciprocal", "log", "maximum", "minimum",
+    "relu", "relu_", "relu6", "hardtanh", "hardtanh_", "clamp", "clamp_", "clamp_min", "clamp_max",
+    *COMPARISONS, "where", "masked_fill", "to", "_to_copy", "_to_dim_order_copy", "clone",
+    "quantize_per_tensor", "dequantize_per_tensor",
+})  # fmt: skip
+
+
+def aligned(dg: DomainGraph, source: str, erring: str) -> frozenset[str]:
+    """The values computed element by element from `source` (same size, no broadcast of it, through
+    `ELEMENTWISE` ops only), so that on the elements where `source` lies in some interval, their ranges
+    computed from that interval hold there (`value_ranges` with `source` given it, every other value given
+    its own range). Not one that reads, beside, a value an error starting at `erring` reaches by another
+    path: that error is on other elements too."""
+    n = dg.value(source).numel
+    reached = nx.descendants(dg.g, erring) | {erring}
+    out = {source}
+    for name in dg.in_order():
+        preds = dg.g._pred[name]
+        if name in out or not any(p in out for p in preds):
+            continue
+        v = dg.value(name)
+        if n is None or v.numel != n or base_name(v.target) not in ELEMENTWISE:
+            continue
+        if any(p in reached and p not in out for p in preds):
+            continue
+        out.add(name)
+    return frozenset(out)
 
 
 # -- one value read twice: what one interval per value cannot say ---------------------------------

@@ -167,14 +167,28 @@ class FilledTwice(nn.Module):
         return torch.relu(y.masked_fill(torch.sigmoid(x) > 0.25, 0.0)) + x
 
 
-CM_X = [(torch.linspace(-4.0, 4.0, 64).reshape(1, 4, 4, 4),), (torch.linspace(-0.5, 0.5, 64).reshape(1, 4, 4, 4),)]
+class FilledWhereBelow(nn.Module):
+    """Campaign case 00010-mk-cm: ``x > 0`` flips on the codes of x in (-2, 0] (zero point 58), which fill 0
+    where the program keeps ``minimum(x - 1, x)`` — at most 0 there, as the fill — so ``> 0.5`` of the filled
+    values is false on both sides. Over whole tensors the filled values reach 3 (where x > 0): qflow weighs the
+    flip on the elements it flips."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = torch.minimum(x - 1.0, x).masked_fill(x > 0, 0.0)
+        return x.masked_fill(m > 0.5, -3.0)
+
+
+CM_X = [(torch.linspace(-4.0, 4.0, 64).reshape(1, 4, 4, 4),), (torch.linspace(-0.5, 0.5, 64).reshape(1, 4, 4, 4),),
+        (torch.linspace(-2.0, 3.0, 64).reshape(1, 4, 4, 4),)]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def cortex_m_masks() -> dict[str, Any]:
     """name → (the exported PT2E program, the Cortex-M reference kernels' largest error, the output's step)."""
     out = {}
-    for name, model in (("reached", FilledBelow(-3.0)), ("unreached", FilledBelow(0.5)), ("twice", FilledTwice())):
+    models = {"reached": FilledBelow(-3.0), "unreached": FilledBelow(0.5), "twice": FilledTwice(),
+              "where-below": FilledWhereBelow()}  # fmt: skip
+    for name, model in models.items():
         converted = cortex_m.quantize(model.eval(), CM_X)
         _, program = cortex_m.lower(converted, CM_X[0])
         wants = [converted(*cortex_m.channels_last(x)) for x in CM_X]
@@ -192,7 +206,7 @@ def test_cortex_m_a_mask_flipped_on_codes_the_values_reach_is_an_error(cortex_m_
     assert (error.kind, error.node) == ("real-constant-on-codes", "gt"), str(error)
 
 
-@pytest.mark.parametrize("name", ["unreached", "twice"])
+@pytest.mark.parametrize("name", ["unreached", "twice", "where-below"])
 def test_cortex_m_a_mask_whose_flip_moves_no_output_proves(cortex_m_masks, name: str) -> None:
     """Before 2026-12-02 both were errors: a comparison on codes that flips anywhere in the dtype."""
     ep, err, step = cortex_m_masks[name]

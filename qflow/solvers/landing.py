@@ -5,8 +5,9 @@ copy's bound (`bounds.dropped_requant`), in steps of the declared domain. A chai
 then a view, each with its own requant) hands the last one the first one's source codes, weighed as a
 whole (`bounds.copied_through`: a round trip through a finer grid is exact). Where qflow knows only
 that the codes are of the right dtype (a clamp on the way, a merged duplicate), they are anywhere in
-the declared domain's range. A violation no program output depends on lands nothing. Any other
-violation has no bound: nothing is weighed.
+the declared domain's range. A comparison of codes with a real threshold (Cortex-M) lands a bool that can be
+either, where its input reaches the codes it flips on; alone, it is weighed on the elements it flips. A
+violation no program output depends on lands nothing. Any other violation has no bound: nothing is weighed.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ class Landed:
     #: a chain's end → the value whose codes the chain copies: the error those carry from upstream reaches
     #: the end too (the chain's own error is only what its dropped requants add)
     inherits: dict[str, str] = field(default_factory=dict)
+    #: the program's value ranges to weigh with, where they are narrower than the whole program's (on the
+    #: elements one flipped comparison picks: `_on_flipped`); `backend` then holds every value's
+    program: dict[str, Interval] | None = None
 
 
 def land(dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval]) -> Landed | None:
@@ -93,7 +97,12 @@ def land(dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval]) -> Lan
         backend[at[0]] = at[2] if at[0] not in backend else ranges.UNBOUNDED
     if any(e > 0 and not _linked(dg, n) for n, e in errors.items()):
         return None  # (`impact` follows no edge out of it to what the program returns)
-    return Landed(errors, backend, frozenset(replaced), inherits)
+    landed = Landed(errors, backend, frozenset(replaced), inherits)
+    erring = [n for n, e in errors.items() if e > 0]
+    flips = [r.obligation for r in reads if _is_flip(r.obligation) and r.obligation.node in erring]
+    if len(erring) == 1 and len(flips) == 1 and (on := _on_flipped(dg, flips[0], rng)) is not None:
+        return replace(landed, program=on[0], backend=on[1])
+    return landed
 
 
 def _read_as(d: Domain, codes: tuple[int, int]) -> Interval:
@@ -236,7 +245,7 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
             lo, hi = _read_as(declared, ob.codes)
             return spot, max(hi, program[1]) - min(lo, program[0]), (lo, hi), True  # (a clamp: whatever reaches it)
         return spot, impact.width(declared), _read_as(declared, DTYPE_RANGE[declared.dtype]), False
-    if ob.finding_kind == "real-constant-on-codes" and ob.arg in ranges.COMPARISONS and ob.expected is not None:
+    if _is_flip(ob):
         return _flipped(dg, ob, rng)
     if ob.finding_kind == "real-constant-on-codes" and ob.codes is not None and ob.bound is not None:
         # (an activation on codes with its bounds as written: its codes, each at most `bound.codes` off)
@@ -277,6 +286,40 @@ def _flipped(dg: DomainGraph, ob: Obligation, rng: Mapping[str, Interval]) -> tu
     if reached[1] < ob.codes[0] or ob.codes[1] < reached[0]:
         return ob.node, 0.0, rng.get(ob.node, ranges.UNBOUNDED), False
     return ob.node, 1.0, (0.0, 1.0), False
+
+
+def _is_flip(ob: Obligation) -> bool:
+    """A comparison of codes with a real threshold, whose outcome flips on codes `ob.codes`."""
+    return ob.finding_kind == "real-constant-on-codes" and ob.arg in ranges.COMPARISONS and ob.expected is not None
+
+
+def _on_flipped(
+    dg: DomainGraph, ob: Obligation, rng: Mapping[str, Interval]
+) -> tuple[dict[str, Interval], dict[str, Interval]] | None:
+    """(the program's value ranges, the backend's) on the elements where the comparison `ob` flips — its
+    input's codes in `ob.codes` —, the only elements a lone flip makes wrong: there the program's outcome is
+    the real comparison's and the backend's the other, and every value computed element by element from the
+    comparison's input (`ranges.aligned`) lies where those codes take it (a flipped ``x > 0`` fills only
+    where x <= 0, so a later ``> 0.5`` of the filled values is false on both sides). Elsewhere, each value's
+    whole range. None when the comparison reads no quantize's codes."""
+    dq = dg.producer(ob.node, "args[0]")
+    src = dg.producer(dq, "args[0]") if dq is not None and dg.value(dq).op_class is OpClass.DEQUANTIZE else None
+    reached = reach(ob.expected, rng.get(dq)) if dq is not None else None
+    if src is None or dg.value(src).op_class is not OpClass.QUANTIZE or reached is None or ob.codes is None:
+        return None
+    codes = max(reached[0], ob.codes[0]), min(reached[1], ob.codes[1])
+    on = ranges.aligned(dg, src, ob.node)
+    if ob.node not in on or codes[0] > codes[1]:
+        return None
+    given = {src: _read_as(ob.expected, codes)}  # type: ignore[arg-type]
+    program = ranges.value_ranges(dg, {**{n: r for n, r in rng.items() if n not in on}, **given})
+    outcome = ranges.selected(program[ob.node])
+    if outcome is None:
+        return None
+    whole = ranges.value_ranges(dg, {ob.node: (0.0, 1.0)})  # (the backend's, on every element)
+    other = (1.0, 1.0) if outcome == "args[2]" else (0.0, 0.0)
+    backend = ranges.value_ranges(dg, {**{n: r for n, r in whole.items() if n not in on}, **given, ob.node: other})
+    return program, backend
 
 
 def _as_copy(

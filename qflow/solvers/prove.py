@@ -628,7 +628,8 @@ def _masked(dg: DomainGraph, results: list[Result]) -> list[Result]:
     landed = landing.land(dg, reads, rng)
     if landed is None:
         return results
-    worst = impact.output_error(dg, landed.errors, landed.replaced, rng, landed.backend, landed.inherits)
+    program = landed.program if landed.program is not None else rng
+    worst = impact.output_error(dg, landed.errors, landed.replaced, program, landed.backend, landed.inherits)
     if not worst.within_rounding:
         if worst.output is None or not math.isfinite(worst.lsb):
             return results

@@ -154,3 +154,17 @@ def test_a_flipped_mask_no_later_comparison_sees_moves_no_output() -> None:
     assert impact.output_error(_thresholded(0.0, 0.0, then=0.6), {"m": 1.0}, backend={"m": (0.0, 1.0)}).lsb == 0.0
     reach = impact.output_error(_thresholded(0.0, 0.0, then=-0.5), {"m": 1.0}, backend={"m": (0.0, 1.0)})
     assert reach.lsb == pytest.approx((2.0 - BOTTOM) / X.scale)
+
+
+def test_values_aligned_with_a_source_stop_at_a_reduction_and_at_what_reads_one() -> None:
+    """On the elements where x flips m, f and its quantize are computed from those elements only; a row
+    maximum of f is not, nor is anything that adds it back (its error is on every element)."""
+    dg = _thresholded(0.0, 0.0)
+    assert ranges.aligned(dg, "x", "m") == {"x", "dx", "m", "f", "q"}
+    dg.add_value(Value("r", "aten.amax.default", OpClass.COMPUTE, Definition(DefKind.FREE, reason="op"), numel=1))
+    dg.add_use("f", "r", "args[0]")
+    dg.add_value(Value("s", "aten.add.Tensor", OpClass.COMPUTE, Definition(DefKind.FREE, reason="op"), numel=8))
+    dg.add_use("dx", "s", "args[0]")
+    dg.add_use("r", "s", "args[1]")
+    assert ranges.aligned(dg, "x", "m") == {"x", "dx", "m", "f", "q"}
+    assert "s" in ranges.aligned(dg, "x", "q")  # (no error from the flip reaches r: s reads x's elements)
