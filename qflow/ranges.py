@@ -328,7 +328,7 @@ ELEMENTWISE = frozenset({
     "add", "add_", "sub", "sub_", "rsub", "mul", "mul_", "div", "neg", "abs", "sigmoid", "tanh", "exp", "gelu",
     "silu", "hardswish", "hardsigmoid", "erf", "sqrt", "rsqrt", "reciprocal", "log", "maximum", "minimum",
     "relu", "relu_", "relu6", "hardtanh", "hardtanh_", "clamp", "clamp_", "clamp_min", "clamp_max",
-    *COMPARISONS, "where", "masked_fill", "to", "_to_copy", "_to_dim_order_copy", "clone",
+    *COMPARISONS, "where", "masked_fill", "to", "_to_copy", "_to_dim_order_copy", "clone", "_clone_dim_order",
     "quantize_per_tensor", "dequantize_per_tensor",
 })  # fmt: skip
 

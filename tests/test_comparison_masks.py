@@ -184,32 +184,35 @@ CM_X = [(torch.linspace(-4.0, 4.0, 64).reshape(1, 4, 4, 4),), (torch.linspace(-0
 
 @pytest.fixture(scope="module")
 def cortex_m_masks() -> dict[str, Any]:
-    """name → (the exported PT2E program, the Cortex-M reference kernels' largest error, the output's step)."""
+    """name → (the exported PT2E program, the program after CortexMPassManager, the program it came from,
+    the Cortex-M reference kernels' largest error, the output's step)."""
     out = {}
     models = {"reached": FilledBelow(-3.0), "unreached": FilledBelow(0.5), "twice": FilledTwice(),
               "where-below": FilledWhereBelow()}  # fmt: skip
     for name, model in models.items():
         converted = cortex_m.quantize(model.eval(), CM_X)
-        _, program = cortex_m.lower(converted, CM_X[0])
+        given, program = cortex_m.lower(converted, CM_X[0])
         wants = [converted(*cortex_m.channels_last(x)) for x in CM_X]
         err = max(float((cortex_m.run(program, x)[0] - w).abs().max()) for x, w in zip(CM_X, wants, strict=True))
         [dq] = converted.graph.output_node().args[0]  # (the output's dequantize: its scale is the output's step)
-        step = float(dq.args[1])
-        out[name] = (torch.export.export(converted, cortex_m.channels_last(CM_X[0])), err, step)
+        ep = torch.export.export(converted, cortex_m.channels_last(CM_X[0]))
+        out[name] = (ep, program, given, err, float(dq.args[1]))
     return out
 
 
 def test_cortex_m_a_mask_flipped_on_codes_the_values_reach_is_an_error(cortex_m_masks) -> None:
-    ep, err, step = cortex_m_masks["reached"]
+    ep, program, given, err, step = cortex_m_masks["reached"]
     assert err > 10 * step, f"only {err} off on the Cortex-M reference kernels"
     [error] = qflow.analyze(ep, target="cortex-m").errors
     assert (error.kind, error.node) == ("real-constant-on-codes", "gt"), str(error)
+    [error] = qflow.analyze(program, target="cortex-m", reference=given).errors
+    assert error.kind == "real-constant-on-codes", str(error)
 
 
 @pytest.mark.parametrize("name", ["unreached", "twice", "where-below"])
 def test_cortex_m_a_mask_whose_flip_moves_no_output_proves(cortex_m_masks, name: str) -> None:
-    """Before 2026-12-02 both were errors: a comparison on codes that flips anywhere in the dtype."""
-    ep, err, step = cortex_m_masks[name]
+    """Before 2026-12-02 all three were errors: a comparison on codes that flips anywhere in the dtype."""
+    ep, program, given, err, step = cortex_m_masks[name]
     assert err <= 1.01 * step, f"{err} off on the Cortex-M reference kernels (output step {step})"
-    report = qflow.analyze(ep, target="cortex-m")
-    assert report.proved, str(report)
+    assert qflow.analyze(ep, target="cortex-m").proved
+    assert qflow.analyze(program, target="cortex-m", reference=given).proved

@@ -122,12 +122,13 @@ def constant_values(node: fx.Node, consts: Consts) -> tuple[float, float] | None
     """The real values a float constant or a dequantized one holds (their hull), or None when `node` is
     neither: a calibrated weight's domain spans more than the weight holds, and a float operand (an
     added 0.5) is no interval at all."""
-    leaf = node.op in ("placeholder", "get_attr")
-    if not leaf and classify(target_name(node)) is not OpClass.DEQUANTIZE:
+    leaf, fill = node.op in ("placeholder", "get_attr"), base_name(target_name(node)) in _FILLS
+    if not leaf and not fill and classify(target_name(node)) is not OpClass.DEQUANTIZE:
         return None
     if leaf and type(consts.tensor(node)) not in (torch.Tensor, torch.nn.Parameter):
         return None  # (a tensor subclass, torchao's quantized weights: its codes are no reals)
-    c = _constant(node, consts)
+    c = _evaluated(node, consts, 1) if fill else _constant(node, consts)
+    c = c.float() if c is not None and c.is_floating_point() else None
     if c is None or not c.numel() or not bool(c.isfinite().all()):
         return None
     return float(c.min()), float(c.max())

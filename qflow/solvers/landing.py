@@ -301,11 +301,11 @@ def _on_flipped(
     the real comparison's and the backend's the other, and every value computed element by element from the
     comparison's input (`ranges.aligned`) lies where those codes take it (a flipped ``x > 0`` fills only
     where x <= 0, so a later ``> 0.5`` of the filled values is false on both sides). Elsewhere, each value's
-    whole range. None when the comparison reads no quantize's codes."""
-    dq = dg.producer(ob.node, "args[0]")
-    src = dg.producer(dq, "args[0]") if dq is not None and dg.value(dq).op_class is OpClass.DEQUANTIZE else None
-    reached = reach(ob.expected, rng.get(dq)) if dq is not None else None
-    if src is None or dg.value(src).op_class is not OpClass.QUANTIZE or reached is None or ob.codes is None:
+    whole range. None when the comparison reads no codes of its domain."""
+    read = dg.producer(ob.node, "args[0]")  # (a dequantize of the codes, or after the passes the codes)
+    src = dg.producer(read, "args[0]") if read and dg.value(read).op_class is OpClass.DEQUANTIZE else read
+    reached = reach(ob.expected, rng.get(src)) if src is not None else None
+    if src is None or dg.value(src).own_domain != ob.expected or reached is None or ob.codes is None:
         return None
     codes = max(reached[0], ob.codes[0]), min(reached[1], ob.codes[1])
     on = ranges.aligned(dg, src, ob.node)
