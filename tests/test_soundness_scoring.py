@@ -212,6 +212,23 @@ def test_tie_resolutions_measure_the_backend_against_the_jittered_fq_model() -> 
     assert 2 * scale < far <= 4 * scale
 
 
+def test_level_inputs_span_each_inputs_range_with_rows_of_equal_values() -> None:
+    """`rejudge.py --levels`: campaign case 00190-mk-cm computes right on its 23 inputs and 64 random ones; a row
+    of equal values (all zeros) makes its mask flip, 5 output LSB off on the Cortex-M kernels (2026-12-02)."""
+    import case
+    import torch
+
+    from qflow.targets.xnnpack import pipeline as xnnpack
+
+    torch.manual_seed(0)
+    tests = [(torch.randn(2, 8) * 2,) for _ in range(3)]
+    converted = xnnpack.quantize(torch.nn.Sequential(torch.nn.Linear(8, 4)), tests[0])
+    (lo, hi), levels = case._input_ranges(converted, tests)[0], case.level_inputs(converted, tests, 5)
+    assert [float(x.min()) for (x,) in levels] == [float(x.max()) for (x,) in levels]  # (each one constant)
+    assert [float(x[0, 0]) for (x,) in levels] == pytest.approx([lo, lo + (hi - lo) / 4, (lo + hi) / 2,
+                                                                 hi - (hi - lo) / 4, hi, 0.0])  # fmt: skip
+
+
 def test_the_misses_table_shows_the_nearest_tie_resolution(tmp_path: Path) -> None:
     r = proved(rec("00243-arm-custom"))
     out = summary.judge(r)["output"]

@@ -873,17 +873,7 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
             rec["time"]["qflow_folded"] = round(
                 sum(rec["time"].pop(f"qflow_folded{i}") for i in range(len(reports))), 3
             )
-        stage("qflow_lowered")
-        # (the TOSA payload keeps some weights as bare codes: their scales are the PT2E program's)
-        ref = {"target": target, "reference": exported} if target == "arm-tosa" else {}
-        shipped = None
-        if isinstance(edge, CortexMProgram):
-            ref, edge = {"target": target, "reference": edge.given}, edge.program
-            shipped = _cortex_m_pte(rec, edge)
-        _qflow(rec, "lowered", lambda: analyze(edge, **ref))
-        if shipped is not None:  # the .pte as shipped, against the PT2E program it came from
-            stage("qflow_pte")
-            _qflow(rec, "pte", lambda: analyze(shipped, reference=exported))
+        _analyze_lowered(rec, target, exported, edge)
     # repair
     if repair and pre is not None and not pre.proved:
         stage("repair")
@@ -894,10 +884,26 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
     return dict(rec)
 
 
-def reanalyze(rec: dict[str, Any]) -> dict[str, Any]:
+def _analyze_lowered(rec: dict[str, Any], target: str, exported: Any, edge: Any) -> None:
+    """qflow on the lowered program (and a Cortex-M program's .pte as shipped) into `rec`."""
+    stage("qflow_lowered")
+    # (the TOSA payload keeps some weights as bare codes: their scales are the PT2E program's)
+    ref = {"target": target, "reference": exported} if target == "arm-tosa" else {}
+    shipped = None
+    if isinstance(edge, CortexMProgram):
+        ref, edge = {"target": target, "reference": edge.given}, edge.program
+        shipped = _cortex_m_pte(rec, edge)
+    _qflow(rec, "lowered", lambda: analyze(edge, **ref))
+    if shipped is not None:  # the .pte as shipped, against the PT2E program it came from
+        stage("qflow_pte")
+        _qflow(rec, "pte", lambda: analyze(shipped, reference=exported))
+
+
+def reanalyze(rec: dict[str, Any], lowered: bool = False) -> dict[str, Any]:
     """`rec` with its `annotated` and `pre` verdicts re-made by this qflow (the backend's outcome kept):
     the same seeds quantize the same program, so a qflow fix is re-scored without lowering again.
-    `qflow_rev_pre` says which qflow made them."""
+    `qflow_rev_pre` says which qflow made them. `lowered`: the lowered program's (and a .pte's) too, lowered
+    again but not run (`qflow_rev_lowered`)."""
     index, full = parse_id(rec["id"])
     variant, spec = base_variant(full), generate(index, menu_of(full))
     sink: dict[str, Any] = {}
@@ -910,6 +916,10 @@ def reanalyze(rec: dict[str, Any]) -> dict[str, Any]:
     _qflow(out, "pre", lambda: analyze(exported, target_of(variant)))
     out["verdict"] = out["qflow"]["pre"]["verdict"]
     out["qflow_rev_pre"] = qflow_revision()
+    if lowered and "lowered" in out["qflow"]:
+        edge, _ = lower(variant, copy.deepcopy(exported), samples[0])
+        _analyze_lowered(out, target_of(variant), exported, edge)
+        out["qflow_rev_lowered"] = qflow_revision()
     return out
 
 

@@ -175,13 +175,14 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="re-make the annotated / pre verdicts of these results (--ids: only those) into --out",
     )
+    ap.add_argument("--lowered", action="store_true", help="with --reanalyze: the lowered verdicts too (not run)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
         worker(a.worker.split(","), a.out, a.time_limit)
         return 0
     if a.reanalyze:
-        return reanalyze(a.reanalyze, a.out, a.ids)
+        return reanalyze(a.reanalyze, a.out, a.ids, a.lowered)
     if a.case or a.spec:
         sys.path[:0] = [str(HERE), str(ROOT)]
         import case
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def reanalyze(src: Path, out: Path, ids: str | None) -> int:
+def reanalyze(src: Path, out: Path, ids: str | None, lowered: bool = False) -> int:
     """Re-score a results file's `pre` / `annotated` verdicts with this qflow, in this process (no lowering:
     the backend's outcome stays). Appends to `out`; summary.py reads both files, the later record winning."""
     sys.path[:0] = [str(HERE), str(ROOT)]
@@ -231,7 +232,8 @@ def reanalyze(src: Path, out: Path, ids: str | None) -> int:
             and rec.get("id") not in done_ids(out)
             and "pre" in rec.get("qflow", {})
         ):
-            _append(out, (torchao_case if torchao_case.owns(rec["id"]) else case).reanalyze(rec))
+            mod = torchao_case if torchao_case.owns(rec["id"]) else case
+            _append(out, mod.reanalyze(rec, lowered=lowered) if lowered else mod.reanalyze(rec))
     return 0
 
 
