@@ -32,7 +32,16 @@ from qflow.bounds import TOLERANCE_LSB
 from qflow.domain import Domain
 from qflow.graph import RETURNED, DefKind, DomainGraph, Value
 from qflow.ops import MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name
-from qflow.ranges import COMPARISONS, UNBOUNDED, Interval, domain_range, same_source, selected, value_ranges
+from qflow.ranges import (
+    COMPARISONS,
+    UNBOUNDED,
+    Interval,
+    bool_cast,
+    domain_range,
+    same_source,
+    selected,
+    value_ranges,
+)
 
 #: ∞-norm Lipschitz constants of real elementwise functions (max |f'|): GELU's derivative peaks at
 #: 1.129, SiLU's at 1.0998, hardswish's at 1.5; softmax's Jacobian diag(p) - ppᵀ has row sums
@@ -149,6 +158,8 @@ def _op_error(
         return 0.0 if selected(outcome) is not None and rng.backend.get(v.name) == outcome else math.inf
     if name == "where" and (branch := _taken(dg, v, errs, rng)) is not None:
         return max((e for _, lab, e in errs if lab == branch), default=0.0)
+    if bool_cast(dg, v, [p for p, _, _ in errs]):  # (0 and 1 exactly)
+        return worst
     if name in _BRANCHES and any(lab == _BRANCHES[name][0] and e > 0 for _, lab, e in errs):
         return _swapped(dg, v, errs, rng)  # (a mask that can flip)
     if v.op_class in (OpClass.PASSTHROUGH, OpClass.DEQUANTIZE, OpClass.QUANTIZE, OpClass.ACTIVATION):

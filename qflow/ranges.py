@@ -21,7 +21,7 @@ import networkx as nx
 
 from qflow.domain import Domain
 from qflow.graph import RETURNED, DefKind, DomainGraph, Value
-from qflow.ops import MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name
+from qflow.ops import CASTS, MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name
 
 Interval = tuple[float, float]
 UNBOUNDED: Interval = (-math.inf, math.inf)
@@ -202,9 +202,21 @@ def selected(cond: Interval | None) -> str | None:
     return {(1.0, 1.0): "args[1]", (0.0, 0.0): "args[2]"}.get(cond) if cond is not None else None  # type: ignore[arg-type]
 
 
+def bool_cast(dg: DomainGraph, v: Value, sources: list[str]) -> bool:
+    """A cast of one bool tensor to a float dtype (a mask multiplied in): 0 and 1 exactly."""
+    return (
+        base_name(v.target) in CASTS
+        and len(sources) == 1
+        and dg.value(sources[0]).dtype == "bool"
+        and (v.dtype or "").startswith(("float", "bfloat"))
+    )
+
+
 def _compute(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -> Interval:
     name = v.stands_for or base_name(v.target)
     data = [i for _, lab, i in ins if lab in ("args[0]", "args[1]")]
+    if bool_cast(dg, v, [p for p, _, _ in ins]):
+        return ins[0][2]
     if name in _BOUNDED:
         return _BOUNDED[name]
     if name in COMPARISONS:

@@ -168,3 +168,25 @@ def test_values_aligned_with_a_source_stop_at_a_reduction_and_at_what_reads_one(
     dg.add_use("r", "s", "args[1]")
     assert ranges.aligned(dg, "x", "m") == {"x", "dx", "m", "f", "q"}
     assert "s" in ranges.aligned(dg, "x", "q")  # (no error from the flip reaches r: s reads x's elements)
+
+
+def test_a_flipped_mask_multiplied_in_moves_the_product_by_what_it_multiplies() -> None:
+    """``x * (x > 0).float()``: the cast keeps 0 and 1, so a flip moves the product by at most |x| (|bottom|)."""
+    dg = DomainGraph(form="qdq")
+
+    def add(name, target, cls, *ins, dtype="float32", domain=None, scalars=None):
+        d = Definition(DefKind.FACT, domain) if domain is not None else Definition(DefKind.FREE, reason="op")
+        dg.add_value(Value(name, target, cls, d, dtype=dtype, numel=8, scalars=scalars))
+        for k, src in enumerate(ins):
+            dg.add_use(src, name, f"args[{k}]")
+
+    add("x", "placeholder", OpClass.UNKNOWN, domain=X)
+    add("dx", DQ, OpClass.DEQUANTIZE, "x", domain=X)
+    add("m", "aten.gt.Scalar", OpClass.COMPUTE, "dx", dtype="bool", scalars=(("args[1]", 0.0),))
+    add("f", "aten.to.dtype", OpClass.COMPUTE, "m")
+    add("p", "aten.mul.Tensor", OpClass.COMPUTE, "dx", "f")
+    add("q", Q, OpClass.QUANTIZE, "p", domain=X)
+    dg.outputs = ["q"]
+    assert ranges.value_ranges(dg)["f"] == (0.0, 1.0)
+    reach = impact.output_error(dg, {"m": 1.0}, backend={"m": (0.0, 1.0)})
+    assert reach.output == "q" and reach.lsb == pytest.approx(-BOTTOM / X.scale)
