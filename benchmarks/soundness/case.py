@@ -16,6 +16,7 @@ bounds, a mul scales one side's bound by the other side's magnitude). A
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import json
 import math
@@ -752,8 +753,10 @@ def analyze(obj: Any, target: str | None = None, **kw: Any) -> Any:
     return _with_target(qflow.analyze, target)(obj, **kw)
 
 
+@functools.cache
 def qflow_revision() -> str:
-    """The last commit that changed qflow/ (+ "-dirty" when its files differ from it)."""
+    """The last commit that changed qflow/ (+ "-dirty" when its files differ from it), when this process first
+    asks: the code it imported then is the code it runs (a commit made while `run.py --reanalyze` runs is not)."""
     import subprocess
     from pathlib import Path
 

@@ -254,6 +254,9 @@ def _versions(recs: list[dict[str, Any]]) -> str:
             vs.append(
                 "annotated / pre re-made by qflow " + " / ".join(f"{rev} ({n} cases)" for rev, n in again.items())
             )
+        lowered = Counter(r["qflow_rev_lowered"] for r in recs if r.get("qflow_rev_lowered"))
+        if lowered:  # run.py --reanalyze --lowered: the lowered verdicts too, lowered again but not run
+            vs.append("lowered re-made by qflow " + " / ".join(f"{rev} ({n} cases)" for rev, n in lowered.items()))
         return ", ".join(vs)
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout
