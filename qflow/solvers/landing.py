@@ -100,7 +100,7 @@ def land(dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval]) -> Lan
     landed = Landed(errors, backend, frozenset(replaced), inherits)
     erring = [n for n, e in errors.items() if e > 0]
     flips = [r.obligation for r in reads if _is_flip(r.obligation) and r.obligation.node in erring]
-    if len(erring) == 1 and len(flips) == 1 and (on := _on_flipped(dg, flips[0], rng)) is not None:
+    if len(erring) == 1 and len(flips) == 1 and (on := _on_flipped(dg, flips[0], rng, backend)) is not None:
         return replace(landed, program=on[0], backend=on[1])
     return landed
 
@@ -294,14 +294,15 @@ def _is_flip(ob: Obligation) -> bool:
 
 
 def _on_flipped(
-    dg: DomainGraph, ob: Obligation, rng: Mapping[str, Interval]
+    dg: DomainGraph, ob: Obligation, rng: Mapping[str, Interval], landed: Mapping[str, Interval]
 ) -> tuple[dict[str, Interval], dict[str, Interval]] | None:
     """(the program's value ranges, the backend's) on the elements where the comparison `ob` flips — its
     input's codes in `ob.codes` —, the only elements a lone flip makes wrong: there the program's outcome is
     the real comparison's and the backend's the other, and every value computed element by element from the
     comparison's input (`ranges.aligned`) lies where those codes take it (a flipped ``x > 0`` fills only
     where x <= 0, so a later ``> 0.5`` of the filled values is false on both sides). Elsewhere, each value's
-    whole range. None when the comparison reads no codes of its domain."""
+    whole range (the backend's from what every violation `landed`). None when the comparison reads no codes of
+    its domain."""
     read = dg.producer(ob.node, "args[0]")  # (a dequantize of the codes, or after the passes the codes)
     src = dg.producer(read, "args[0]") if read and dg.value(read).op_class is OpClass.DEQUANTIZE else read
     reached = reach(ob.expected, rng.get(src)) if src is not None else None
@@ -316,7 +317,7 @@ def _on_flipped(
     outcome = ranges.selected(program[ob.node])
     if outcome is None:
         return None
-    whole = ranges.value_ranges(dg, {ob.node: (0.0, 1.0)})  # (the backend's, on every element)
+    whole = ranges.value_ranges(dg, {**landed, ob.node: (0.0, 1.0)})  # (the backend's, on every element)
     other = (1.0, 1.0) if outcome == "args[2]" else (0.0, 0.0)
     backend = ranges.value_ranges(dg, {**{n: r for n, r in whole.items() if n not in on}, **given, ob.node: other})
     return program, backend
