@@ -183,6 +183,8 @@ def _evaluated(x: fx.Node, consts: Consts, depth: int) -> torch.Tensor | None:
         cls in (OpClass.DEQUANTIZE, OpClass.QUANTIZE) or name in _FILLS
     ):
         return None
+    if any(isinstance(v, fx.Node) for v in x.kwargs.values()):
+        return None  # (an out variant writes memory the program plans: nothing to evaluate here)
     resolved: list[Any] = []
     for a in x.args:
         if isinstance(a, fx.Node):
