@@ -10,6 +10,7 @@ values it compares (it had no edge from them, and impact took it for exact)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -24,16 +25,24 @@ Q, DQ = "quantized_decomposed.quantize_per_tensor.default", "quantized_decompose
 TOP, BOTTOM = X.scale * (X.qmax - X.zero_point), X.scale * (X.qmin - X.zero_point)
 
 
+def _adder(dg: DomainGraph) -> Any:
+    """add(name, target, op class, *inputs, domain=, **value fields): a value of 8 elements reading `inputs`
+    as args[0], args[1], ..."""
+
+    def add(name, target, cls, *ins, domain=None, **fields):
+        d = Definition(DefKind.FACT, domain) if domain is not None else Definition(DefKind.FREE, reason="op")
+        dg.add_value(Value(name, target, cls, d, numel=8, **fields))
+        for k, src in enumerate(ins):
+            dg.add_use(src, name, f"args[{k}]")
+
+    return add
+
+
 def _masked(compare: str = "aten.gt.Tensor", c: float = TOP, c_domain: Domain = X, swap: bool = False) -> DomainGraph:
     """x (codes of X) → dequantize; c (a constant in `c_domain`) → dequantize; m = compare(x, c) (or
     (c, x) when `swap`); w = where(m, x, 2.0) → quantize to X: the program's output."""
     dg = DomainGraph(form="qdq")
-
-    def add(name, target, cls, *ins, domain=None, values=None):
-        d = Definition(DefKind.FACT, domain) if domain is not None else Definition(DefKind.FREE, reason="op")
-        dg.add_value(Value(name, target, cls, d, numel=8, values=values))
-        for k, src in enumerate(ins):
-            dg.add_use(src, name, f"args[{k}]")
+    add = _adder(dg)
 
     add("x", "placeholder", OpClass.UNKNOWN, domain=X)
     add("dx", DQ, OpClass.DEQUANTIZE, "x", domain=X)
@@ -104,12 +113,7 @@ def _thresholded(c: float, fill: float, then: float | None = None) -> DomainGrap
     """dx (x's reals) → m = gt(dx, c) (a scalar operand) → f = masked_fill(dx, m, fill) → (t = gt(f, then)
     → w = where(t, dx, 2.0)) → quantize to X."""
     dg = DomainGraph(form="qdq")
-
-    def add(name, target, cls, *ins, domain=None, scalars=None):
-        d = Definition(DefKind.FACT, domain) if domain is not None else Definition(DefKind.FREE, reason="op")
-        dg.add_value(Value(name, target, cls, d, numel=8, scalars=scalars))
-        for k, src in enumerate(ins):
-            dg.add_use(src, name, f"args[{k}]")
+    add = _adder(dg)
 
     add("x", "placeholder", OpClass.UNKNOWN, domain=X)
     add("dx", DQ, OpClass.DEQUANTIZE, "x", domain=X)
@@ -173,18 +177,12 @@ def test_values_aligned_with_a_source_stop_at_a_reduction_and_at_what_reads_one(
 def test_a_flipped_mask_multiplied_in_moves_the_product_by_what_it_multiplies() -> None:
     """``x * (x > 0).float()``: the cast keeps 0 and 1, so a flip moves the product by at most |x| (|bottom|)."""
     dg = DomainGraph(form="qdq")
-
-    def add(name, target, cls, *ins, dtype="float32", domain=None, scalars=None):
-        d = Definition(DefKind.FACT, domain) if domain is not None else Definition(DefKind.FREE, reason="op")
-        dg.add_value(Value(name, target, cls, d, dtype=dtype, numel=8, scalars=scalars))
-        for k, src in enumerate(ins):
-            dg.add_use(src, name, f"args[{k}]")
-
+    add = _adder(dg)
     add("x", "placeholder", OpClass.UNKNOWN, domain=X)
-    add("dx", DQ, OpClass.DEQUANTIZE, "x", domain=X)
+    add("dx", DQ, OpClass.DEQUANTIZE, "x", domain=X, dtype="float32")
     add("m", "aten.gt.Scalar", OpClass.COMPUTE, "dx", dtype="bool", scalars=(("args[1]", 0.0),))
-    add("f", "aten.to.dtype", OpClass.COMPUTE, "m")
-    add("p", "aten.mul.Tensor", OpClass.COMPUTE, "dx", "f")
+    add("f", "aten.to.dtype", OpClass.COMPUTE, "m", dtype="float32")
+    add("p", "aten.mul.Tensor", OpClass.COMPUTE, "dx", "f", dtype="float32")
     add("q", Q, OpClass.QUANTIZE, "p", domain=X)
     dg.outputs = ["q"]
     assert ranges.value_ranges(dg)["f"] == (0.0, 1.0)
