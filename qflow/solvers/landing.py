@@ -279,13 +279,19 @@ def _flipped(dg: DomainGraph, ob: Obligation, rng: Mapping[str, Interval]) -> tu
     """A comparison of codes with a threshold written for reals: its outcome flips on codes `ob.codes` of
     its input's domain. None of them reached: the program's mask. Else a bool that can be either (`impact`
     weighs what a select it picks does with it)."""
-    src = dg.producer(ob.node, "args[0]")
+    src = _compared_codes(dg, ob)
     reached = reach(ob.expected, rng.get(src)) if src is not None else None
     if reached is None or ob.codes is None:
         return None
     if reached[1] < ob.codes[0] or ob.codes[1] < reached[0]:
         return ob.node, 0.0, rng.get(ob.node, ranges.UNBOUNDED), False
     return ob.node, 1.0, (0.0, 1.0), False
+
+
+def _compared_codes(dg: DomainGraph, ob: Obligation) -> str | None:
+    """The value whose codes the comparison `ob` reads: its dequantize's input, or after the passes its input."""
+    read = dg.producer(ob.node, "args[0]")
+    return dg.producer(read, "args[0]") if read and dg.value(read).op_class is OpClass.DEQUANTIZE else read
 
 
 def _is_flip(ob: Obligation) -> bool:
@@ -303,8 +309,7 @@ def _on_flipped(
     where x <= 0, so a later ``> 0.5`` of the filled values is false on both sides). Elsewhere, each value's
     whole range (the backend's from what every violation `landed`). None when the comparison reads no codes of
     its domain."""
-    read = dg.producer(ob.node, "args[0]")  # (a dequantize of the codes, or after the passes the codes)
-    src = dg.producer(read, "args[0]") if read and dg.value(read).op_class is OpClass.DEQUANTIZE else read
+    src = _compared_codes(dg, ob)
     reached = reach(ob.expected, rng.get(src)) if src is not None else None
     if src is None or dg.value(src).own_domain != ob.expected or reached is None or ob.codes is None:
         return None
