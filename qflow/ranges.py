@@ -15,6 +15,7 @@ computes from wrong codes (`given`), as the ops after them compute right. Torch-
 from __future__ import annotations
 
 import math
+from collections import ChainMap
 from collections.abc import Callable, Collection, Mapping
 
 import networkx as nx
@@ -345,26 +346,97 @@ ELEMENTWISE = frozenset({
 })  # fmt: skip
 
 
-def aligned(dg: DomainGraph, source: str, erring: str) -> frozenset[str]:
+def aligned(dg: DomainGraph, source: str, erring: str | None = None) -> frozenset[str]:
     """The values computed element by element from `source` (same size, no broadcast of it, through
     `ELEMENTWISE` ops only), so that on the elements where `source` lies in some interval, their ranges
     computed from that interval hold there (`value_ranges` with `source` given it, every other value given
     its own range). Not one that reads, beside, a value an error starting at `erring` reaches by another
     path: that error is on other elements too."""
     n = dg.value(source).numel
-    reached = nx.descendants(dg.g, erring) | {erring}
+    reached = nx.descendants(dg.g, erring) | {erring} if erring is not None else set()
     out = {source}
     for name in dg.in_order():
         preds = dg.g._pred[name]
-        if name in out or not any(p in out for p in preds):
+        if name in out or n is None or dg.value(name).numel != n:
             continue
-        v = dg.value(name)
-        if n is None or v.numel != n or base_name(v.target) not in ELEMENTWISE:
+        returned = [p for p, data in preds.items() if RETURNED in data["args"]]
+        if dg.fed.get(name) in out or (returned and returned[0] in out):
+            out.add(name)  # (a delegate's input, what its call feeds it; its output, what it returns)
+            continue
+        if not any(p in out for p in preds) or base_name(dg.value(name).target) not in ELEMENTWISE:
             continue
         if any(p in reached and p not in out for p in preds):
             continue
         out.add(name)
     return frozenset(out)
+
+
+#: How many pieces a source's codes are split into at most (an int8 source: one code each).
+PIECES = 256
+
+
+def split(dg: DomainGraph, source: str, rng: Mapping[str, Interval]) -> dict[str, Interval]:
+    """`rng` narrowed on the values computed element by element from `source` (`aligned`): each piece of
+    the codes `source` reaches taken alone, and the hull of what every piece gives. One interval per value
+    cannot say that two values of one element move together — where a mask computed from x decides what
+    x's product holds, ``x * (x > t)`` — and one code at a time can (input splitting, as verifiers of
+    networks do). Sound for every element: each element's source lies in one piece, and every value not
+    aligned with it keeps its whole range."""
+    d = dg.value(source).own_domain
+    span = domain_range(d) if _on_its_grid(dg.value(source)) else None
+    have = rng.get(source)
+    if span is None or have is None or not all(map(math.isfinite, have)):
+        return dict(rng)
+    lo, hi = (max(int(c), -(2**31)) for c in rounded_span(have[0] / d.scale, have[1] / d.scale))  # type: ignore[union-attr]
+    lo, hi = max(lo, round(span[0] / d.scale)), min(hi, round(span[1] / d.scale))  # type: ignore[union-attr]
+    on = aligned(dg, source)
+    order = [n for n in dg.in_order() if n in on and n != source]
+    if lo > hi or not order:
+        return dict(rng)
+    step = max(1, math.ceil((hi - lo + 1) / PIECES))
+    hull: dict[str, Interval] = {}
+    for first in range(lo, hi + 1, step):
+        piece = {source: (d.scale * first, d.scale * min(first + step - 1, hi))}  # type: ignore[union-attr]
+        out = ChainMap(piece, rng)
+        for name in order:
+            ins = [(p, lab, out[p]) for p, data in dg.g._pred[name].items() for lab in data["args"]]
+            piece[name] = _meet(_transfer(dg, dg.value(name), ins), _rows(dg, name, out, {}))
+            if (parent := dg.fed.get(name)) is not None:  # (a delegate's input: what its call feeds it)
+                piece[name] = _meet(piece[name], out.get(parent))
+        for name in order:
+            hull[name] = _hull([hull[name], piece[name]]) if name in hull else piece[name]
+    sharper = dict(rng)
+    for name, r in hull.items():
+        whole = rng.get(name, UNBOUNDED)
+        if max(r[0], whole[0]) <= min(r[1], whole[1]):  # (disjoint only by float slack: keep the whole)
+            sharper[name] = max(r[0], whole[0]), min(r[1], whole[1])
+    return sharper
+
+
+def _on_its_grid(v: Value) -> bool:
+    """Does `v` hold reals on a fixed per-tensor integer grid (codes times a scale), so that its codes split
+    its values with nothing between them: a quantize or dequantize, a folded op's output, a lowered tensor."""
+    return v.definition.kind is DefKind.FACT and domain_range(v.definition.domain) is not None
+
+
+def correlated(dg: DomainGraph, rng: Mapping[str, Interval], near: Collection[str]) -> dict[str, Interval]:
+    """`rng` split (`split`) on each quantize upstream of `near` whose aligned values read it twice — the
+    only place one interval per value loses what two paths of one element share —, in program order."""
+    ups, todo = set(), [n for n in near if n in dg.g]
+    while todo:  # (what `near` reads, across delegate boundaries: a partition's input reads what its call feeds it)
+        n = todo.pop()
+        if n not in ups:
+            ups.add(n)
+            todo.extend([*dg.g._pred[n], *([dg.fed[n]] if n in dg.fed else [])])
+    sharper = dict(rng)
+    for name in dg.in_order():
+        v = dg.value(name)
+        if name not in ups or not _on_its_grid(v) or v.op_class is OpClass.DEQUANTIZE or v.numel is None:
+            continue  # (a dequantize holds its quantize's reals: split there)
+        on = aligned(dg, name)
+        if any(sum(len(data["args"]) for p, data in dg.g._pred[n].items() if p in on) > 1 for n in on):
+            sharper = split(dg, name, sharper)
+    return sharper
 
 
 # -- one value read twice: what one interval per value cannot say ---------------------------------

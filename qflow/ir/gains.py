@@ -123,6 +123,8 @@ def constant_values(node: fx.Node, consts: Consts) -> tuple[float, float] | None
     neither: a calibrated weight's domain spans more than the weight holds, and a float operand (an
     added 0.5) is no interval at all."""
     leaf, fill = node.op in ("placeholder", "get_attr"), base_name(target_name(node)) in _FILLS
+    if (like := _like_fill(node)) is not None:
+        return like, like
     if not leaf and not fill and classify(target_name(node)) is not OpClass.DEQUANTIZE:
         return None
     if leaf and type(consts.tensor(node)) not in (torch.Tensor, torch.nn.Parameter):
@@ -168,6 +170,22 @@ def _constant(x: Any, consts: Consts) -> torch.Tensor | None:
 
 #: Factory ops whose values their arguments say (a mask's threshold, ``full([1], 0.5)``).
 _FILLS = frozenset({"full", "scalar_tensor", "zeros", "ones"})
+
+
+#: Factory ops shaped like their input, and the value they fill it with (None: their second argument).
+_LIKE_FILLS = {"full_like": None, "zeros_like": 0.0, "ones_like": 1.0}
+
+
+def _like_fill(node: fx.Node) -> float | None:
+    """The value a ``full_like(x, v)`` / ``zeros_like`` / ``ones_like`` holds everywhere (a masked_fill's
+    fill, written as a where of a filled tensor), whatever its input holds."""
+    name = base_name(target_name(node))
+    if name not in _LIKE_FILLS:
+        return None
+    v = _LIKE_FILLS[name]
+    if v is None:
+        v = node.args[1] if len(node.args) > 1 else node.kwargs.get("fill_value")
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
 def _evaluated(x: fx.Node, consts: Consts, depth: int) -> torch.Tensor | None:

@@ -199,15 +199,22 @@ def _negated(dg: DomainGraph, node: str, d: Domain, rng: Mapping[str, Interval])
     """The codes a `neg` lowered with zero points only (TOSA NEGATE) writes in `d`'s dtype: its input's
     reachable codes negated about the two zero points, clamped to the dtype (any op else: the dtype)."""
     lo, hi = DTYPE_RANGE[d.dtype]
+    read = _neg_input(dg, node, rng)
+    if read is None or not isinstance(d.zero_point, int):
+        return lo, hi
+    (src, codes), zo = read, d.zero_point
+    zi = int(src.zero_point)  # type: ignore[arg-type]
+    return min(max(-(codes[1] - zi) + zo, lo), hi), min(max(-(codes[0] - zi) + zo, lo), hi)
+
+
+def _neg_input(dg: DomainGraph, node: str, rng: Mapping[str, Interval]) -> tuple[Domain, tuple[int, int]] | None:
+    """(the domain a `neg` reads its input's codes in, the codes of it the program reaches)."""
     preds = list(dg.g._pred[node]) if node in dg.g else []
     if dg.get(node) is None or base_name(dg.value(node).target) != "neg" or len(preds) != 1:
-        return lo, hi
+        return None
     src = dg.value(preds[0]).definition.domain
     codes = reach(src, rng.get(preds[0]))
-    if src is None or codes is None or not isinstance(d.zero_point, int):
-        return lo, hi
-    zi, zo = int(src.zero_point), d.zero_point  # type: ignore[arg-type]
-    return min(max(-(codes[1] - zi) + zo, lo), hi), min(max(-(codes[0] - zi) + zo, lo), hi)
+    return (src, codes) if src is not None and codes is not None else None
 
 
 def _widened(r: Read, codes: tuple[int, int] | None) -> Bound | None:
@@ -268,7 +275,10 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
         d = ob.expected
         if not math.isfinite(impact.width(d)):
             return None
-        return spot, ob.bound.codes * d.scale, _read_as(d, _negated(dg, ob.node, d, rng)), False  # type: ignore[operator]
+        read = _neg_input(dg, ob.node, rng)  # (over the codes its input reaches, where it is known)
+        reached = bounds.dropped_requant(read[0], d, bounds.ZP_ONLY, read[1]) if read is not None else None
+        codes = min(ob.bound.codes, reached.codes) if reached is not None else ob.bound.codes
+        return spot, codes * d.scale, _read_as(d, _negated(dg, ob.node, d, rng)), False  # type: ignore[operator]
     if not r.copied or r.produced is None or r.expected is None or not math.isfinite(impact.width(r.expected)):
         return None
     bound = bounds.dropped_requant(r.produced, r.expected, bounds.COPY, codes) or _widened(r, codes)

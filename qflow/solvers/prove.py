@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -625,16 +625,27 @@ def _masked(dg: DomainGraph, results: list[Result]) -> list[Result]:
         return results
     reads = [landing.Read(r.obligation, _domain(r.produced), _domain(r.expected), _copied(r)) for r in violated]
     rng = ranges.value_ranges(dg)
-    landed = landing.land(dg, reads, rng)
-    if landed is None:
+    worst = _weighed(dg, reads, rng)
+    if worst is not None and not worst.within_rounding:  # (sharper ranges, where one value is read twice)
+        sharper = _weighed(dg, reads, ranges.correlated(dg, rng, {r.obligation.node for r in violated}))
+        worst = sharper if sharper is not None and sharper.lsb < worst.lsb else worst
+    if worst is None:
         return results
-    program = landed.program if landed.program is not None else rng
-    worst = impact.output_error(dg, landed.errors, landed.replaced, program, landed.backend, landed.inherits)
     if not worst.within_rounding:
         if worst.output is None or not math.isfinite(worst.lsb):
             return results
         return [replace(r, reach=worst) if r.status is Status.VIOLATED else r for r in results]
     return [replace(r, status=Status.PROVED, masked=worst) if r.status is Status.VIOLATED else r for r in results]
+
+
+def _weighed(dg: DomainGraph, reads: list[landing.Read], rng: Mapping[str, ranges.Interval]) -> impact.Impact | None:
+    """How far all the violations `reads` together move the outputs, weighed with the program's value
+    ranges `rng`; None when one has no bound."""
+    landed = landing.land(dg, reads, rng)
+    if landed is None:
+        return None
+    program = landed.program if landed.program is not None else rng
+    return impact.output_error(dg, landed.errors, landed.replaced, program, landed.backend, landed.inherits)
 
 
 def _silent(dg: DomainGraph, ob: Obligation) -> bool:
