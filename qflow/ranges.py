@@ -14,8 +14,9 @@ computes from wrong codes (`given`), as the ops after them compute right. Torch-
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections import ChainMap
+from collections import ChainMap, deque
 from collections.abc import Callable, Collection, Mapping
 
 import networkx as nx
@@ -346,57 +347,84 @@ ELEMENTWISE = frozenset({
 })  # fmt: skip
 
 
-def aligned(dg: DomainGraph, source: str, erring: str | None = None) -> frozenset[str]:
+def aligned(
+    dg: DomainGraph, source: str, erring: str | None = None, index: Mapping[str, int] | None = None
+) -> frozenset[str]:
     """The values computed element by element from `source` (same size, no broadcast of it, through
     `ELEMENTWISE` ops only), so that on the elements where `source` lies in some interval, their ranges
     computed from that interval hold there (`value_ranges` with `source` given it, every other value given
     its own range). Not one that reads, beside, a value an error starting at `erring` reaches by another
-    path: that error is on other elements too."""
+    path: that error is on other elements too. Walks out from `source` only (`index`: each value's place in
+    program order, when the caller has it)."""
     n = dg.value(source).numel
+    if n is None:
+        return frozenset({source})
+    index = index if index is not None else {name: i for i, name in enumerate(dg.in_order())}
     reached = nx.descendants(dg.g, erring) | {erring} if erring is not None else set()
-    out = {source}
-    for name in dg.in_order():
-        preds = dg.g._pred[name]
-        if name in out or n is None or dg.value(name).numel != n:
+    fed_by: dict[str, list[str]] = {}
+    for child, parent in dg.fed.items():
+        fed_by.setdefault(parent, []).append(child)
+    out, seen = {source}, {source}
+    todo = [(index[s], s) for s in [*dg.g._succ[source], *fed_by.get(source, ())]]
+    heapq.heapify(todo)
+    while todo:  # (in program order: every value a candidate reads is decided before it)
+        _, name = heapq.heappop(todo)
+        if name in seen:
             continue
-        returned = [p for p, data in preds.items() if RETURNED in data["args"]]
-        if dg.fed.get(name) in out or (returned and returned[0] in out):
-            out.add(name)  # (a delegate's input, what its call feeds it; its output, what it returns)
-            continue
-        if not any(p in out for p in preds) or base_name(dg.value(name).target) not in ELEMENTWISE:
-            continue
-        if any(p in reached and p not in out for p in preds):
+        seen.add(name)
+        if dg.value(name).numel != n or not _aligned_step(dg, name, out, reached):
             continue
         out.add(name)
+        for s in [*dg.g._succ[name], *fed_by.get(name, ())]:
+            if s not in seen:
+                heapq.heappush(todo, (index[s], s))
     return frozenset(out)
 
 
-#: How many pieces a source's codes are split into at most (an int8 source: one code each).
-PIECES = 256
+def _aligned_step(dg: DomainGraph, name: str, out: Collection[str], reached: Collection[str]) -> bool:
+    """Does `name` hold, element by element, what values in `out` hold there: a delegate's input (what its
+    call feeds it) or output (what it returns), or an element-wise op of them reading no value `reached`."""
+    preds = dg.g._pred[name]
+    returned = [p for p, data in preds.items() if RETURNED in data["args"]]
+    if dg.fed.get(name) in out or (returned and returned[0] in out):
+        return True
+    if base_name(dg.value(name).target) not in ELEMENTWISE:
+        return False
+    return not any(p in reached and p not in out for p in preds)
 
 
-def split(dg: DomainGraph, source: str, rng: Mapping[str, Interval]) -> dict[str, Interval]:
+#: How many pieces a source's codes are split into at most (an int8 source: one code each), and how many
+#: transfers one split may take (a wide element-wise region gets coarser pieces: still sound).
+PIECES, TRANSFERS = 256, 100_000
+#: How many sources `correlated` splits on at most, the nearest to the values it is asked about first.
+SOURCES = 16
+
+
+def split(
+    dg: DomainGraph, source: str, rng: Mapping[str, Interval], index: Mapping[str, int] | None = None
+) -> dict[str, Interval]:
     """`rng` narrowed on the values computed element by element from `source` (`aligned`): each piece of
     the codes `source` reaches taken alone, and the hull of what every piece gives. One interval per value
     cannot say that two values of one element move together — where a mask computed from x decides what
     x's product holds, ``x * (x > t)`` — and one code at a time can (input splitting, as verifiers of
     networks do). Sound for every element: each element's source lies in one piece, and every value not
     aligned with it keeps its whole range."""
-    d = dg.value(source).own_domain
-    span = domain_range(d) if _on_its_grid(dg.value(source)) else None
-    have = rng.get(source)
-    if span is None or have is None or not all(map(math.isfinite, have)):
+    v = dg.value(source)
+    d, have = v.definition.domain, rng.get(source)
+    if not _on_its_grid(v) or have is None or not all(map(math.isfinite, have)):
         return dict(rng)
-    lo, hi = (max(int(c), -(2**31)) for c in rounded_span(have[0] / d.scale, have[1] / d.scale))  # type: ignore[union-attr]
-    lo, hi = max(lo, round(span[0] / d.scale)), min(hi, round(span[1] / d.scale))  # type: ignore[union-attr]
-    on = aligned(dg, source)
-    order = [n for n in dg.in_order() if n in on and n != source]
+    span = domain_range(d)
+    lo, hi = rounded_span(have[0] / d.scale, have[1] / d.scale)  # type: ignore[union-attr, operator]
+    lo, hi = max(int(lo), round(span[0] / d.scale)), min(int(hi), round(span[1] / d.scale))  # type: ignore[index, union-attr, operator]
+    index = index if index is not None else {name: i for i, name in enumerate(dg.in_order())}
+    order = sorted(aligned(dg, source, index=index) - {source}, key=index.__getitem__)
     if lo > hi or not order:
         return dict(rng)
-    step = max(1, math.ceil((hi - lo + 1) / PIECES))
+    pieces = min(PIECES, max(16, TRANSFERS // len(order)))
+    step = max(1, math.ceil((hi - lo + 1) / pieces))
     hull: dict[str, Interval] = {}
     for first in range(lo, hi + 1, step):
-        piece = {source: (d.scale * first, d.scale * min(first + step - 1, hi))}  # type: ignore[union-attr]
+        piece = {source: (d.scale * first, d.scale * min(first + step - 1, hi))}  # type: ignore[union-attr, operator]
         out = ChainMap(piece, rng)
         for name in order:
             ins = [(p, lab, out[p]) for p, data in dg.g._pred[name].items() for lab in data["args"]]
@@ -420,22 +448,26 @@ def _on_its_grid(v: Value) -> bool:
 
 
 def correlated(dg: DomainGraph, rng: Mapping[str, Interval], near: Collection[str]) -> dict[str, Interval]:
-    """`rng` split (`split`) on each quantize upstream of `near` whose aligned values read it twice — the
-    only place one interval per value loses what two paths of one element share —, in program order."""
-    ups, todo = set(), [n for n in near if n in dg.g]
-    while todo:  # (what `near` reads, across delegate boundaries: a partition's input reads what its call feeds it)
-        n = todo.pop()
-        if n not in ups:
-            ups.add(n)
-            todo.extend([*dg.g._pred[n], *([dg.fed[n]] if n in dg.fed else [])])
+    """`rng` split (`split`) on values upstream of `near` whose aligned values read them twice — the only
+    place one interval per value loses what two paths of one element share: the `SOURCES` nearest, each
+    a value on its grid (not a dequantize: its quantize's reals), applied in program order."""
+    index = {name: i for i, name in enumerate(dg.in_order())}
+    chosen, seen, todo, looked = [], set(near), deque(n for n in near if n in dg.g), 0
+    while todo and len(chosen) < SOURCES and looked < 16 * SOURCES:  # (upstream, nearest first)
+        n = todo.popleft()
+        v = dg.value(n)
+        if _on_its_grid(v) and v.op_class is not OpClass.DEQUANTIZE and v.numel is not None:
+            looked += 1
+            on = aligned(dg, n, index=index)
+            if any(sum(len(data["args"]) for p, data in dg.g._pred[m].items() if p in on) > 1 for m in on):
+                chosen.append(n)
+        for p in [*dg.g._pred[n], *([dg.fed[n]] if n in dg.fed else [])]:  # (across a delegate's boundary)
+            if p not in seen:
+                seen.add(p)
+                todo.append(p)
     sharper = dict(rng)
-    for name in dg.in_order():
-        v = dg.value(name)
-        if name not in ups or not _on_its_grid(v) or v.op_class is OpClass.DEQUANTIZE or v.numel is None:
-            continue  # (a dequantize holds its quantize's reals: split there)
-        on = aligned(dg, name)
-        if any(sum(len(data["args"]) for p, data in dg.g._pred[n].items() if p in on) > 1 for n in on):
-            sharper = split(dg, name, sharper)
+    for name in sorted(chosen, key=index.__getitem__):
+        sharper = split(dg, name, sharper, index)
     return sharper
 
 
