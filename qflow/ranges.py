@@ -388,7 +388,8 @@ def _aligned_step(dg: DomainGraph, name: str, out: Collection[str], reached: Col
     returned = [p for p, data in preds.items() if RETURNED in data["args"]]
     if dg.fed.get(name) in out or (returned and returned[0] in out):
         return True
-    if base_name(dg.value(name).target) not in ELEMENTWISE:
+    v = dg.value(name)
+    if (v.stands_for or base_name(v.target)) not in ELEMENTWISE:  # (a kernel, as the op it stands for)
         return False
     return not any(p in reached and p not in out for p in preds)
 
@@ -409,9 +410,8 @@ def split(
     x's product holds, ``x * (x > t)`` — and one code at a time can (input splitting, as verifiers of
     networks do). Sound for every element: each element's source lies in one piece, and every value not
     aligned with it keeps its whole range."""
-    v = dg.value(source)
-    d, have = v.definition.domain, rng.get(source)
-    if not _on_its_grid(v) or have is None or not all(map(math.isfinite, have)):
+    d, have = grid_of(dg, source), rng.get(source)
+    if d is None or have is None or not all(map(math.isfinite, have)):
         return dict(rng)
     span = domain_range(d)
     lo, hi = rounded_span(have[0] / d.scale, have[1] / d.scale)  # type: ignore[union-attr, operator]
@@ -441,10 +441,17 @@ def split(
     return sharper
 
 
-def _on_its_grid(v: Value) -> bool:
-    """Does `v` hold reals on a fixed per-tensor integer grid (codes times a scale), so that its codes split
-    its values with nothing between them: a quantize or dequantize, a folded op's output, a lowered tensor."""
-    return v.definition.kind is DefKind.FACT and domain_range(v.definition.domain) is not None
+def grid_of(dg: DomainGraph, name: str) -> Domain | None:
+    """The fixed per-tensor integer grid `name`'s reals lie on (codes times a scale), so that its codes split
+    its values with nothing between them: a quantize or dequantize, a folded op's output, a lowered tensor's
+    domain, or a copy of one value's codes (a reduction of codes after the Cortex-M passes: an alias)."""
+    v = dg.value(name)
+    if v.definition.kind is DefKind.FACT:
+        return v.definition.domain if domain_range(v.definition.domain) is not None else None
+    data = [p for p, data in dg.g._pred[name].items() if "args[0]" in data["args"]]
+    if v.definition.kind is DefKind.ALIAS and v.op_class is OpClass.PASSTHROUGH and len(dg.g._pred[name]) == 1:
+        return grid_of(dg, data[0]) if data else None
+    return None
 
 
 def correlated(dg: DomainGraph, rng: Mapping[str, Interval], near: Collection[str]) -> dict[str, Interval]:
@@ -456,7 +463,7 @@ def correlated(dg: DomainGraph, rng: Mapping[str, Interval], near: Collection[st
     while todo and len(chosen) < SOURCES and looked < 16 * SOURCES:  # (upstream, nearest first)
         n = todo.popleft()
         v = dg.value(n)
-        if _on_its_grid(v) and v.op_class is not OpClass.DEQUANTIZE and v.numel is not None:
+        if v.op_class is not OpClass.DEQUANTIZE and v.numel is not None and grid_of(dg, n) is not None:
             looked += 1
             on = aligned(dg, n, index=index)
             if any(sum(len(data["args"]) for p, data in dg.g._pred[m].items() if p in on) > 1 for m in on):

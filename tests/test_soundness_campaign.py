@@ -236,6 +236,11 @@ CASES: dict[str, tuple[str, str]] = {
         "former false alarm: a neg's dropped scale (3165x) whose input a mask two ops up makes 0 on every element; "
         "the ranges split on the input's codes see it, before partitioning and across the delegates lowered",
     ),
+    "00069-mk-cm-custom": (
+        "exact",
+        "former false alarm: two comparisons the passes run on codes, both of one amax's codes (and of a product "
+        "of it): split on the amax's codes, neither flip moves an output; after the passes the amax is an alias",
+    ),
     "00004-mk-cm": (
         "miscompile",
         "x * (m > 0.5).float(): the Cortex-M passes compare m's codes with 0.5 (72 LSB); the mask's float cast was "
