@@ -12,9 +12,9 @@ last value, each the best of 3 in CPU seconds, with the ratio.
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
+
+from measure import best_cpu
 
 from qflow import ranges
 from qflow.domain import Domain
@@ -47,23 +47,14 @@ def chain(blocks: int) -> DomainGraph:
     return dg
 
 
-def best(fn: Callable[[], Any], repeat: int = 3) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.process_time()
-        fn()
-        times.append(time.process_time() - t0)
-    return min(times)
-
-
 def main(sizes: list[int]) -> None:
     print("| blocks | values | value_ranges (s) | correlated (s) | ratio |")
     print("| --- | --- | --- | --- | --- |")
     for n in sizes:
         dg = chain(n)
         whole = ranges.value_ranges(dg)
-        t_whole = best(lambda dg=dg: ranges.value_ranges(dg))
-        t_split = best(lambda dg=dg, whole=whole, n=n: ranges.correlated(dg, whole, [f"q{n}"]))
+        t_whole = best_cpu(lambda dg=dg: ranges.value_ranges(dg))
+        t_split = best_cpu(lambda dg=dg, whole=whole, n=n: ranges.correlated(dg, whole, [f"q{n}"]))
         print(f"| {n} | {len(dg.g)} | {t_whole:.4f} | {t_split:.4f} | {t_split / t_whole:.0f}x |")
 
 

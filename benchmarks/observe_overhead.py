@@ -16,7 +16,8 @@ import copy
 import json
 import sys
 import time
-from typing import Any
+
+from measure import best_cpu
 
 from qflow.analysis import analyze_graph
 from qflow.api import domain_graph
@@ -25,15 +26,6 @@ from qflow.integrations.observe import Program, TestRecord
 from qflow.targets.arm import pipeline as arm
 
 DEFAULT = ["conv_bn_relu6_residual", "attention", "mixed_a16w8"]
-
-
-def best(fn: Any, repeat: int = 3) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.process_time()
-        fn()
-        times.append(time.process_time() - t0)
-    return min(times)
 
 
 def main(names: list[str]) -> None:
@@ -47,12 +39,12 @@ def main(names: list[str]) -> None:
             arm.lower(converted, ex.inputs, ex.spec)
         lower_s = time.process_time() - t0
         for i, ep in enumerate(parts):
-            copy_s = best(lambda ep=ep: copy.deepcopy(ep))
-            read_s = best(lambda ep=ep: domain_graph(ep))
+            copy_s = best_cpu(lambda ep=ep: copy.deepcopy(ep))
+            read_s = best_cpu(lambda ep=ep: domain_graph(ep))
             dg = domain_graph(ep)
-            prove_s = best(lambda dg=dg: analyze_graph(dg))
+            prove_s = best_cpu(lambda dg=dg: analyze_graph(dg))
             rec = TestRecord(name, [Program("partition", f"{name}[{i}]", 0.0, analyze_graph(dg))])
-            json_s = best(lambda rec=rec: json.dumps(rec.to_json(), indent=2))
+            json_s = best_cpu(lambda rec=rec: json.dumps(rec.to_json(), indent=2))
             rows.append((f"{name}[{i}]", len(ep.graph.nodes), lower_s, copy_s, read_s, prove_s, json_s))
     print(
         "| partition | FX nodes | lowering CPU s (whole model) | deepcopy s (before) | read in place s (now) "
