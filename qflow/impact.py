@@ -156,6 +156,8 @@ def _op_error(
     if name in COMPARISONS:  # (one outcome on both sides: no error; else a flipped bool, anything)
         outcome = rng.program.get(v.name)
         return 0.0 if selected(outcome) is not None and rng.backend.get(v.name) == outcome else math.inf
+    if name in ("maximum", "minimum") and (kept := _kept(dg, v, errs, rng)) is not None:
+        return kept
     if name == "where" and (branch := _taken(dg, v, errs, rng)) is not None:
         return max((e for _, lab, e in errs if lab == branch), default=0.0)
     if bool_cast(dg, v, [p for p, _, _ in errs]):  # (0 and 1 exactly)
@@ -211,6 +213,21 @@ def _taken(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: _
     return branch if branch is not None and selected(rng.backend.get(cond)) == branch else None
 
 
+def _kept(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: _Ranges) -> float | None:
+    """A maximum / minimum one of whose operands is the larger / smaller on both sides (the program's
+    values and the backend's): that operand's error, or None."""
+    by_label = {lab: p for p, data in dg.g._pred[v.name].items() for lab in data["args"]}
+    if set(by_label) != {"args[0]", "args[1]"}:
+        return None
+    err = {lab: e for _, lab, e in errs}
+    a, b = (rng.hull(by_label[lab], err.get(lab, 0.0)) for lab in ("args[0]", "args[1]"))
+    high = "args[1]" if a[1] <= b[0] else "args[0]" if b[1] <= a[0] else None
+    if high is None:
+        return None
+    kept = high if base_name(v.target) == "maximum" else ({"args[0]", "args[1]"} - {high}).pop()
+    return err.get(kept, 0.0)
+
+
 def _swapped(dg: DomainGraph, v: Value, errs: list[tuple[str, str, float]], rng: _Ranges) -> float:
     """A select whose mask can differ: where both sides pick one branch, that branch's error; where they
     pick apart, as far as the program's one branch and the backend's other can be (a bool mask is either
@@ -253,14 +270,18 @@ def output_error(
     rng: Mapping[str, Interval] | None = None,
     backend: Mapping[str, Interval] | None = None,
     inherits: Mapping[str, str] | None = None,
+    backend_ranges: Mapping[str, Interval] | None = None,
 ) -> Impact:
     """The worst program output the errors `landed` (value → real error of its codes, rounding
     included) reach. A value that lands an error and inherits one
     is unbounded (a wrong read of already wrong codes), unless its landed error already accounts
     for what it inherits (`replaced`: the end of a chain of copies, weighed as a whole; it still carries
-    the error of the codes the chain copies, at the value `inherits` names)."""
+    the error of the codes the chain copies, at the value `inherits` names). `backend_ranges`: the backend's
+    value ranges, where the caller computed them (else from `backend`, what each violation lands)."""
     program = rng if rng is not None else value_ranges(dg)
-    ranges = _Ranges(program, value_ranges(dg, backend) if backend else program)
+    if backend_ranges is None:
+        backend_ranges = value_ranges(dg, backend) if backend else program
+    ranges = _Ranges(program, backend_ranges)
     err: dict[str, float] = {}  # real error of each value reached
     pre: dict[str, float] = {}  # the error before its last rounding
     grid: dict[str, tuple[float, float] | None] = {}  # (scale, width) of its last rounding

@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import ChainMap, deque
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 import networkx as nx
 
@@ -427,10 +427,7 @@ def split(
         piece = {source: (d.scale * first, d.scale * min(first + step - 1, hi))}  # type: ignore[union-attr, operator]
         out = ChainMap(piece, rng)
         for name in order:
-            ins = [(p, lab, out[p]) for p, data in dg.g._pred[name].items() for lab in data["args"]]
-            piece[name] = _meet(_transfer(dg, dg.value(name), ins), _rows(dg, name, out, {}))
-            if (parent := dg.fed.get(name)) is not None:  # (a delegate's input: what its call feeds it)
-                piece[name] = _meet(piece[name], out.get(parent))
+            piece[name] = transfer(dg, name, out)
         for name in order:
             hull[name] = _hull([hull[name], piece[name]]) if name in hull else piece[name]
     sharper = dict(rng)
@@ -459,23 +456,42 @@ def correlated(dg: DomainGraph, rng: Mapping[str, Interval], near: Collection[st
     place one interval per value loses what two paths of one element share: the `SOURCES` nearest, each
     a value on its grid (not a dequantize: its quantize's reals), applied in program order."""
     index = {name: i for i, name in enumerate(dg.in_order())}
-    chosen, seen, todo, looked = [], set(near), deque(n for n in near if n in dg.g), 0
-    while todo and len(chosen) < SOURCES and looked < 16 * SOURCES:  # (upstream, nearest first)
-        n = todo.popleft()
-        v = dg.value(n)
-        if v.op_class is not OpClass.DEQUANTIZE and v.numel is not None and grid_of(dg, n) is not None:
-            looked += 1
-            on = aligned(dg, n, index=index)
-            if any(sum(len(data["args"]) for p, data in dg.g._pred[m].items() if p in on) > 1 for m in on):
-                chosen.append(n)
-        for p in [*dg.g._pred[n], *([dg.fed[n]] if n in dg.fed else [])]:  # (across a delegate's boundary)
-            if p not in seen:
-                seen.add(p)
-                todo.append(p)
+    chosen = []
+    for n in sources(dg, near):
+        on = aligned(dg, n, index=index)
+        if any(sum(len(data["args"]) for p, data in dg.g._pred[m].items() if p in on) > 1 for m in on):
+            chosen.append(n)
+            if len(chosen) == SOURCES:
+                break
     sharper = dict(rng)
     for name in sorted(chosen, key=index.__getitem__):
         sharper = split(dg, name, sharper, index)
     return sharper
+
+
+def sources(dg: DomainGraph, near: Collection[str]) -> Iterator[str]:
+    """The values upstream of `near` (across delegate boundaries) that can be split on their codes: each
+    on a fixed per-tensor grid (`grid_of`; not a dequantize: its quantize's reals), nearest first, at most
+    16 * `SOURCES` of them."""
+    seen, todo, looked = set(near), deque(n for n in near if n in dg.g), 0
+    while todo and looked < 16 * SOURCES:
+        n = todo.popleft()
+        v = dg.value(n)
+        if v.op_class is not OpClass.DEQUANTIZE and v.numel is not None and grid_of(dg, n) is not None:
+            looked += 1
+            yield n
+        for p in [*dg.g._pred[n], *([dg.fed[n]] if n in dg.fed else [])]:  # (across a delegate's boundary)
+            if p not in seen:
+                seen.add(p)
+                todo.append(p)
+
+
+def transfer(dg: DomainGraph, name: str, out: Mapping[str, Interval]) -> Interval:
+    """`name`'s interval from its inputs' in `out` (one step of `value_ranges`)."""
+    ins = [(p, lab, out[p]) for p, data in dg.g._pred[name].items() for lab in data["args"]]
+    r = _meet(_transfer(dg, dg.value(name), ins), _rows(dg, name, out, {}))
+    parent = dg.fed.get(name)  # (a delegate's input: what its call feeds it)
+    return _meet(r, out.get(parent)) if parent is not None else r
 
 
 # -- one value read twice: what one interval per value cannot say ---------------------------------

@@ -216,3 +216,99 @@ def test_cortex_m_a_mask_whose_flip_moves_no_output_proves(cortex_m_masks, name:
     assert err <= 1.01 * step, f"{err} off on the Cortex-M reference kernels (output step {step})"
     assert qflow.analyze(ep, target="cortex-m").proved
     assert qflow.analyze(program, target="cortex-m", reference=given).proved
+
+
+class TwoFlips(nn.Module):
+    """``where(x > t1, x, f1).masked_fill(x > t2, f2)``: two comparisons of one input, each of which Cortex-M
+    runs on x's codes with its threshold as written. Whole-tensor ranges say only that each bool can be
+    either; one code of x at a time, both sides of each comparison are known (`qflow.solvers.by_code`)."""
+
+    def __init__(self, t1: float, f1: float, t2: float, f2: float) -> None:
+        super().__init__()
+        self.t1, self.f1, self.t2, self.f2 = t1, f1, t2, f2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.where(x > self.t1, x, self.f1).masked_fill(x > self.t2, self.f2)
+
+
+def _every_code(lo: float, hi: float) -> list[tuple[torch.Tensor, ...]]:
+    """Inputs that put x on every code of the domain calibrated on [lo, hi] (4096 points over the range)."""
+    return [(torch.linspace(lo, hi, 4096).reshape(1, 4, 32, 32),)]
+
+
+def _on_kernels(model: nn.Module, xs: list[tuple[torch.Tensor, ...]]) -> tuple[Any, Any, Any, float, float]:
+    converted = cortex_m.quantize(model.eval(), xs)
+    given, program = cortex_m.lower(converted, xs[0])
+    want = converted(*cortex_m.channels_last(xs[0]))
+    err = float((cortex_m.run(program, xs[0])[0] - want).abs().max())
+    [dq] = converted.graph.output_node().args[0]
+    return torch.export.export(converted, cortex_m.channels_last(xs[0])), program, given, err, float(dq.args[1])
+
+
+#: (t1, f1, t2, f2, the range x is calibrated on). Campaign case 00045-mk-cm-custom's shape: x >= 0 (zero point
+#: -128); x > 0 flips on x's codes of (0, 1], x > -1.5 on the code of 0 alone, where both sides fill -1 into
+#: an output that holds only 0 — exact, an error before 2026-12-03. With x > 0.5 filling instead, the two
+#: flips pick different branches on the codes between: a miscompile.
+TWO_FLIPS = {"exact": (0.0, -1.0, -1.5, 0.0, (0.0, 2.0)), "miscompile": (0.0, -1.0, 0.5, 0.0, (0.0, 2.0))}
+
+
+@pytest.fixture(scope="module")
+def two_flips() -> dict[str, Any]:
+    return {k: _on_kernels(TwoFlips(*p[:4]), _every_code(*p[4])) for k, p in TWO_FLIPS.items()}
+
+
+def test_cortex_m_two_flips_that_agree_on_every_code_prove(two_flips) -> None:
+    ep, program, given, err, step = two_flips["exact"]
+    assert err <= 1.01 * step, f"{err} off on the Cortex-M reference kernels (output step {step})"
+    assert qflow.analyze(ep, target="cortex-m").proved, str(qflow.analyze(ep, target="cortex-m"))
+    assert qflow.analyze(program, target="cortex-m", reference=given).proved
+
+
+def test_cortex_m_two_flips_that_pick_apart_are_errors(two_flips) -> None:
+    ep, program, given, err, step = two_flips["miscompile"]
+    assert err > 10 * step, f"only {err} off on the Cortex-M reference kernels"
+    assert {f.kind for f in qflow.analyze(ep, target="cortex-m").errors} == {"real-constant-on-codes"}
+    assert qflow.analyze(program, target="cortex-m", reference=given).errors
+
+
+class Flips(nn.Module):
+    """Two selects driven by comparisons of one input x, each ``>`` or ``<`` a threshold."""
+
+    def __init__(self, ops: tuple[str, str], ts: tuple[float, float], fills: tuple[float, float]) -> None:
+        super().__init__()
+        self.ops, self.ts, self.fills = ops, ts, fills
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m1, m2 = ((x > t) if op == "gt" else (x < t) for op, t in zip(self.ops, self.ts, strict=True))
+        return torch.where(m1, x, self.fills[0]).masked_fill(m2, self.fills[1])
+
+
+def _random_flips(seed: int) -> tuple[Flips, tuple[float, float]]:
+    g = torch.Generator().manual_seed(seed)
+    lo, hi = sorted(float(v) for v in (torch.rand(2, generator=g) * 6 - 3))
+    lo = min(lo, 0.0) if seed % 2 else lo  # (half of them a range with 0 inside or at an end)
+    pick = lambda: float(torch.empty(1).uniform_(lo - 0.5, hi + 0.5, generator=g))  # noqa: E731
+    ops = tuple("gt" if torch.rand(1, generator=g) < 0.5 else "lt" for _ in range(2))
+    fills = tuple(pick() if torch.rand(1, generator=g) < 0.5 else 0.0 for _ in range(2))
+    return Flips(ops, (pick(), pick()), fills), (lo, hi)  # type: ignore[arg-type]
+
+
+def test_cortex_m_two_flips_proved_only_where_every_code_agrees() -> None:
+    """40 random programs of two comparisons of one input, run on the Cortex-M reference kernels with x on
+    every code of its domain: whatever qflow proves (before the passes and after them) is exact there."""
+    tally = {"proved exact": 0, "flagged exact": 0, "flagged miscompile": 0}
+    for seed in range(40):
+        model, (lo, hi) = _random_flips(seed)
+        ep, program, given, err, step = _on_kernels(model, _every_code(lo, hi))
+        exact = err <= 1.01 * step
+        for report in (
+            qflow.analyze(ep, target="cortex-m"),
+            qflow.analyze(program, target="cortex-m", reference=given),
+        ):
+            assert exact or not report.proved, f"seed {seed}: proved, {err / step:.1f} output LSB off: {model.__dict__}"
+        key = ("proved " if qflow.analyze(ep, target="cortex-m").proved else "flagged ") + (
+            "exact" if exact else "miscompile"
+        )
+        tally[key] = tally.get(key, 0) + 1
+    print(tally)
+    assert tally["proved exact"] and tally["flagged miscompile"], tally  # (the family has both kinds)

@@ -53,9 +53,10 @@ class Landed:
     program: dict[str, Interval] | None = None
 
 
-def land(dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval]) -> Landed | None:
+def land(dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval], alone: bool = True) -> Landed | None:
     """Where each violation lands, or None when one has no bound. A copy is weighed over the codes
-    its source can reach (`rng`, the program's value ranges)."""
+    its source can reach (`rng`, the program's value ranges). `alone`: a lone flipped comparison is
+    weighed on the elements it flips (`_on_flipped`)."""
     copies = {  # the quantize a dropped requant lands on → its read
         r.obligation.edge[1]: r
         for r in reads
@@ -99,8 +100,8 @@ def land(dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval]) -> Lan
         return None  # (`impact` follows no edge out of it to what the program returns)
     landed = Landed(errors, backend, frozenset(replaced), inherits)
     erring = [n for n, e in errors.items() if e > 0]
-    flips = [r.obligation for r in reads if _is_flip(r.obligation) and r.obligation.node in erring]
-    if len(erring) == 1 and len(flips) == 1 and (on := _on_flipped(dg, flips[0], rng, backend)) is not None:
+    flips = [r.obligation for r in reads if is_flip(r.obligation) and r.obligation.node in erring]
+    if alone and len(erring) == 1 and len(flips) == 1 and (on := _on_flipped(dg, flips[0], rng, backend)) is not None:
         return replace(landed, program=on[0], backend=on[1])
     return landed
 
@@ -252,7 +253,7 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
             lo, hi = _read_as(declared, ob.codes)
             return spot, max(hi, program[1]) - min(lo, program[0]), (lo, hi), True  # (a clamp: whatever reaches it)
         return spot, impact.width(declared), _read_as(declared, DTYPE_RANGE[declared.dtype]), False
-    if _is_flip(ob):
+    if is_flip(ob):
         return _flipped(dg, ob, rng)
     if ob.finding_kind == "real-constant-on-codes" and ob.codes is not None and ob.bound is not None:
         # (an activation on codes with its bounds as written: its codes, each at most `bound.codes` off)
@@ -289,7 +290,7 @@ def _flipped(dg: DomainGraph, ob: Obligation, rng: Mapping[str, Interval]) -> tu
     """A comparison of codes with a threshold written for reals: its outcome flips on codes `ob.codes` of
     its input's domain. None of them reached: the program's mask. Else a bool that can be either (`impact`
     weighs what a select it picks does with it)."""
-    src = _compared_codes(dg, ob)
+    src = compared_codes(dg, ob)
     reached = reach(ob.expected, rng.get(src)) if src is not None else None
     if reached is None or ob.codes is None:
         return None
@@ -298,13 +299,13 @@ def _flipped(dg: DomainGraph, ob: Obligation, rng: Mapping[str, Interval]) -> tu
     return ob.node, 1.0, (0.0, 1.0), False
 
 
-def _compared_codes(dg: DomainGraph, ob: Obligation) -> str | None:
+def compared_codes(dg: DomainGraph, ob: Obligation) -> str | None:
     """The value whose codes the comparison `ob` reads: its dequantize's input, or after the passes its input."""
     read = dg.producer(ob.node, "args[0]")
     return dg.producer(read, "args[0]") if read and dg.value(read).op_class is OpClass.DEQUANTIZE else read
 
 
-def _is_flip(ob: Obligation) -> bool:
+def is_flip(ob: Obligation) -> bool:
     """A comparison of codes with a real threshold, whose outcome flips on codes `ob.codes`."""
     return ob.finding_kind == "real-constant-on-codes" and ob.arg in ranges.COMPARISONS and ob.expected is not None
 
@@ -319,7 +320,7 @@ def _on_flipped(
     where x <= 0, so a later ``> 0.5`` of the filled values is false on both sides). Elsewhere, each value's
     whole range (the backend's from what every violation `landed`). None when the comparison reads no codes of
     its domain."""
-    src = _compared_codes(dg, ob)
+    src = compared_codes(dg, ob)
     reached = reach(ob.expected, rng.get(src)) if src is not None else None
     if src is None or dg.value(src).own_domain != ob.expected or reached is None or ob.codes is None:
         return None

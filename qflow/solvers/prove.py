@@ -34,7 +34,7 @@ from qflow import bounds, impact, ranges, targets
 from qflow.bounds import Bound
 from qflow.domain import Domain
 from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind
-from qflow.solvers import landing, smtlib
+from qflow.solvers import by_code, landing, smtlib
 from qflow.solvers.encode import Encoder, Terms
 from qflow.solvers.smtlib import TextTerms
 from qflow.targets import Outcome
@@ -627,8 +627,12 @@ def _masked(dg: DomainGraph, results: list[Result]) -> list[Result]:
     rng = ranges.value_ranges(dg)
     worst = _weighed(dg, reads, rng)
     if worst is not None and not worst.within_rounding:  # (sharper ranges, where one value is read twice)
-        sharper = _weighed(dg, reads, ranges.correlated(dg, rng, {r.obligation.node for r in violated}))
+        split = ranges.correlated(dg, rng, {r.obligation.node for r in violated})
+        sharper = _weighed(dg, reads, split)
         worst = sharper if sharper is not None and sharper.lsb < worst.lsb else worst
+        if not worst.within_rounding:  # (comparisons that flip: both sides, one code of a source at a time)
+            pieces = by_code.weighed(dg, reads, split)
+            worst = pieces if pieces is not None and pieces.lsb < worst.lsb else worst
     if worst is None:
         return results
     if not worst.within_rounding:

@@ -413,3 +413,40 @@ def test_a_constant_is_the_values_it_holds_and_a_quantize_pins_what_lies_within_
     else:
         assert ranges.value_ranges(dg)["s"][1] < out.scale * (out.qmin - 127) + out.scale / 2
         assert hit.output is None or hit.lsb == 0.0
+
+
+def _extreme(op: str, low: Domain) -> DomainGraph:
+    """a → q(POS) → dq ─┐
+    b → q(low) → dq ───→ <op> (maximum / minimum) → q(OUT) → dq (the output)."""
+    dg = DomainGraph(form="qdq")
+    q, dq = "quantized_decomposed.quantize_per_tensor.default", "quantized_decomposed.dequantize_per_tensor.default"
+    pos = Domain.quantized("int8", 0.01, -128, -128, 127)  # [0, 2.55]
+    for name, target, cls, d, srcs in (
+        ("a", "placeholder", OpClass.UNKNOWN, None, ()),
+        ("b", "placeholder", OpClass.UNKNOWN, None, ()),
+        ("qa", q, OpClass.QUANTIZE, pos, ("a",)),
+        ("dqa", dq, OpClass.DEQUANTIZE, pos, ("qa",)),
+        ("qb", q, OpClass.QUANTIZE, low, ("b",)),
+        ("dqb", dq, OpClass.DEQUANTIZE, low, ("qb",)),
+        ("m", f"aten.{op}.default", OpClass.COMPUTE, None, ("dqa", "dqb")),
+        ("q", q, OpClass.QUANTIZE, OUT, ("m",)),
+        ("dq", dq, OpClass.DEQUANTIZE, OUT, ("q",)),
+    ):
+        dg.add_value(Value(name, target, cls, Definition(DefKind.FACT, d if d is not None else FLOAT), numel=8))
+        for i, src in enumerate(srcs):
+            dg.add_use(src, name, f"args[{i}]")
+    dg.outputs = ["dq"]
+    return dg
+
+
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+def test_a_maximum_keeps_the_operand_that_is_larger_on_both_sides(op: str) -> None:
+    """b's codes wrong by anything in a domain of reals <= 0 while a >= 0: a maximum is a on both sides, a
+    minimum b (campaign case 00148-mk-cm: a flipped mask's fill under a maximum with values above it)."""
+    neg = Domain.quantized("int8", 0.01, 127, -128, 127)  # [-2.55, 0]
+    wrong_b = impact.output_error(_extreme(op, neg), {"qb": impact.width(neg)})
+    assert (wrong_b.output is None or wrong_b.lsb == 0.0) if op == "maximum" else wrong_b.lsb > 100
+    wrong_a = impact.output_error(_extreme(op, neg), {"qa": 0.05})
+    assert (wrong_a.lsb > 1) if op == "maximum" else (wrong_a.output is None or wrong_a.lsb == 0.0)
+    # the operands' ranges overlap (b in [-1.28, 1.27]): either can be the larger, the error reaches
+    assert impact.output_error(_extreme(op, OUT), {"qb": 0.5}).lsb > 10
