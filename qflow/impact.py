@@ -156,8 +156,9 @@ def _op_error(
     if name in COMPARISONS:  # (one outcome on both sides: no error; else a flipped bool, anything)
         outcome = rng.program.get(v.name)
         return 0.0 if selected(outcome) is not None and rng.backend.get(v.name) == outcome else math.inf
-    if name in ("maximum", "minimum") and (kept := _kept(dg, v, errs, rng)) is not None:
-        return kept
+    if name in ("maximum", "minimum") and v.gain is None:  # (|max(a', b') - max(a, b)| <= max(|a' - a|, |b' - b|))
+        kept = _kept(dg, v, errs, rng)
+        return kept if kept is not None else worst
     if name == "where" and (branch := _taken(dg, v, errs, rng)) is not None:
         return max((e for _, lab, e in errs if lab == branch), default=0.0)
     if bool_cast(dg, v, [p for p, _, _ in errs]):  # (0 and 1 exactly)

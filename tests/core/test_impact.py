@@ -450,3 +450,11 @@ def test_a_maximum_keeps_the_operand_that_is_larger_on_both_sides(op: str) -> No
     assert (wrong_a.lsb > 1) if op == "maximum" else (wrong_a.output is None or wrong_a.lsb == 0.0)
     # the operands' ranges overlap (b in [-1.28, 1.27]): either can be the larger, the error reaches
     assert impact.output_error(_extreme(op, OUT), {"qb": 0.5}).lsb > 10
+
+
+def test_a_maximum_moves_by_its_worse_operand_not_by_both() -> None:
+    """|max(a', b') - max(a, b)| <= max(|a' - a|, |b' - b|): two wrong operands do not add up (campaign case
+    00188-mk-cm bounded 2.03 output LSB for one tie either operand can flip)."""
+    both = impact.output_error(_extreme("maximum", OUT), {"qa": 0.05, "qb": 0.05})
+    one = impact.output_error(_extreme("maximum", OUT), {"qb": 0.05})
+    assert both.lsb == pytest.approx(one.lsb) and both.lsb > 1
