@@ -95,8 +95,11 @@ CONTROL_FLOW = frozenset({"cond", "while_loop", "wrap_with_set_grad_enabled"})
 #: every input beyond the first is an obligation.
 MULTI_INPUT_IDENTITY = frozenset({"cat", "concat", "concatenate", "stack"})
 #: Ops that select codes from some of their arguments, by position: where's two
-#: branches share the output's domain, its condition (a bool mask) carries none.
-SELECT_INPUTS: dict[str, tuple[int, ...]] = {"where": (1, 2), "index_put": (0, 2), "index_put_": (0, 2)}
+#: branches share the output's domain, its condition (a bool mask) carries none; a
+#: maximum / minimum a target runs on codes (Cortex-M) picks each element from either.
+SELECT_INPUTS: dict[str, tuple[int, ...]] = {
+    "where": (1, 2), "index_put": (0, 2), "index_put_": (0, 2), "maximum": (0, 1), "minimum": (0, 1),
+}  # fmt: skip
 #: The argument positions of ops that take indices there (integer tensors that address data, never data).
 INDEX_ARGS: dict[str, tuple[int, ...]] = {
     "index": (1,), "index_select": (2,), "gather": (2,), "embedding": (1,), "index_put": (1,), "index_put_": (1,),

@@ -401,6 +401,20 @@ def test_the_joint_output_bound_follows_a_bilinear_upsample(campaign: Any) -> No
     assert not summary.reach_exceeded(rec), summary.reach_check(rec)
 
 
+def test_a_maximum_on_codes_reads_both_inputs_in_one_domain(campaign: Any) -> None:
+    """00091-mk-cm-custom: Cortex-M runs maximum on codes (a cortex_m.maximum of the sub's codes and the
+    linear's, in two domains), 67 output LSB off on the reference kernels. qflow obliged only the first input
+    (a minimum's requant bounded the outputs at 40 LSB, below what was measured): now each input of a maximum /
+    minimum on codes is a code copy into the first one's domain, weighed as one, and the bound holds."""
+    import summary
+
+    rec = campaign("00091-mk-cm-custom")
+    assert summary.truth(rec) == "miscompile" and rec["verdict"] == "error", rec.get("err")
+    kinds = {(f["kind"], f["node"]) for f in rec["qflow"]["pre"]["findings"] if f["severity"] == "error"}
+    assert ("mixed-input-domains", "maximum") in kinds, kinds
+    assert summary.reach_check(rec) is not None and not summary.reach_exceeded(rec), summary.reach_check(rec)
+
+
 def test_a_softmax_over_one_element_masks_a_dropped_requant(campaign: Any) -> None:
     """00198-tx-arm-custom (a former false alarm): the requant Arm drops after a view moves codes by up to 213
     LSB, but they reach the outputs only through a softmax over a row of one element, decomposed into

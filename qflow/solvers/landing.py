@@ -98,6 +98,16 @@ def land(dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval], alone:
         backend[at[0]] = at[2] if at[0] not in backend else ranges.UNBOUNDED
     if any(e > 0 and not _linked(dg, n) for n, e in errors.items()):
         return None  # (`impact` follows no edge out of it to what the program returns)
+    others = {_spot(r.obligation) for r in reads if r.obligation.finding_kind != "mixed-input-domains"}
+    for r in reads:  # (a misread input of a copy: the copy also carries what its first input carries)
+        ob = r.obligation
+        if ob.finding_kind != "mixed-input-domains" or not ob.other or ob.node in others | replaced:
+            continue
+        wrong = {n for n, e in errors.items() if e > 0 and n != ob.node}
+        tainted = wrong.union(*(nx.descendants(dg.g, n) for n in wrong))
+        if ob.node in errors and not any(p in tainted for p in dg.g._pred[ob.node] if p != ob.other):
+            replaced.add(ob.node)
+            inherits[ob.node] = ob.other
     landed = Landed(errors, backend, frozenset(replaced), inherits)
     erring = [n for n, e in errors.items() if e > 0]
     flips = [r.obligation for r in reads if is_flip(r.obligation) and r.obligation.node in erring]
@@ -230,19 +240,33 @@ def _widened(r: Read, codes: tuple[int, int] | None) -> Bound | None:
     return bounds.dropped_requant(replace(p, dtype=e.dtype), e, bounds.COPY, codes or (p.qmin, p.qmax))
 
 
+def _spot(ob: Obligation) -> str:
+    """The value a violation's wrong codes land on."""
+    return ob.edge[1] if ob.edge and ob.kind is not ObligationKind.CLAIM else ob.node
+
+
 def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str, float, Interval, bool] | None:
     """(the value whose codes a violation makes wrong, their real error at most, the interval the
     backend's values there lie in, whether that holds whatever error reaches the value), or None when
     qflow cannot bound it."""
     ob = r.obligation
     codes = reach(r.produced, rng.get(ob.value))
-    spot = ob.edge[1] if ob.edge and ob.kind is not ObligationKind.CLAIM else ob.node
+    spot = _spot(ob)
     if spot not in dg.g:
         return None
     if not _read_by_outputs(dg, spot):  # (whatever it computes, no output reads it: dead code)
         return spot, 0.0, ranges.UNBOUNDED, False
     if ob.finding_kind == "merged-duplicate-users":
         return _merged(dg, ob, rng)
+    if ob.finding_kind == "mixed-input-domains" and r.produced is not None and r.expected is not None:
+        # (a copy of several inputs' codes reads this one's as the first one's domain: a dropped requant of
+        # them, landing on the copy beside what the other inputs give it)
+        bound = bounds.dropped_requant(r.produced, r.expected, bounds.COPY, codes) or _widened(r, codes)
+        at = _as_copy(ob.node, r.produced, r.expected, codes, bound)
+        whole = rng.get(ob.node)
+        if at is None or whole is None:
+            return None
+        return ob.node, at[1], (min(at[2][0], whole[0]), max(at[2][1], whole[1])), False
     if ob.finding_kind == "requant-across-activation":
         # (the backend clamps the codes on the way: anywhere in the declared dtype's range)
         declared = r.expected
