@@ -5,7 +5,11 @@ only that its bool can be either. Two such comparisons of one input (``x > 0`` s
 fills), or one that reads codes a dropped requant copied, can agree with the program on every element
 although neither does alone. Taken one code of their common source at a time, every value computed
 element by element from it is a point on both sides, and each comparison has one outcome on each:
-where they agree the bool is right, where they differ it is the other one. Sound for every element
+where they agree the bool is right, where they differ it is the other one. The same for an op the
+backend computes off by input code (an activation a kernel runs on codes with its bounds as written, an
+int16 TABLE): one code of the source gives it the error of the codes it reaches there alone (a relu on
+codes is off only below its code 0, where an add of its input beside it may already saturate the output:
+campaign case 00226-cm). Sound for every element
 (each element's source has one code), as long as nothing that varies from code to code — a value's
 interval or its error — leaves the values computed element by element from the source on its way to an
 output: a reduction or a product over many elements mixes codes, and is weighed once with whole ranges
@@ -32,21 +36,22 @@ SOURCES = 4
 
 def weighed(dg: DomainGraph, reads: list[landing.Read], rng: Mapping[str, Interval]) -> impact.Impact | None:
     """How far the violations `reads` move the outputs, taken one code of a source at a time on both
-    sides; None when no source splits them (no comparison that flips among them, or one has no bound)."""
+    sides; None when no source splits them (none among them whose outcome or error varies by code — a
+    comparison that flips, an op off by input code —, or one has no bound)."""
     whole = landing.land(dg, reads, rng, alone=False)
-    flips = [r.obligation for r in reads if landing.is_flip(r.obligation)]
-    if whole is None or not flips:
+    varying = [r.obligation for r in reads if landing.is_flip(r.obligation) or r.obligation.off_by_code is not None]
+    if whole is None or not varying:
         return None
     erring = {n for n, e in whole.errors.items() if e > 0}
     tainted = erring.union(*(nx.descendants(dg.g, n) for n in erring))
     index = {name: i for i, name in enumerate(dg.in_order())}
     backend = ranges.value_ranges(dg, whole.backend)
     best, tried = None, 0
-    for src in ranges.sources(dg, [ob.node for ob in flips]):
+    for src in ranges.sources(dg, [ob.node for ob in varying]):
         if src in tainted:  # (the backend's codes there are not the program's)
             continue
         on = _with_tails(dg, ranges.aligned(dg, src, index=index), index)
-        if not any(ob.node in on for ob in flips) or not _contained(dg, on, tainted):
+        if not any(ob.node in on for ob in varying) or not _contained(dg, on, tainted):
             continue
         tried += 1
         got = _pieces(dg, reads, rng, backend, src, on, index)

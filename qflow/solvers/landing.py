@@ -240,6 +240,18 @@ def _widened(r: Read, codes: tuple[int, int] | None) -> Bound | None:
     return bounds.dropped_requant(replace(p, dtype=e.dtype), e, bounds.COPY, codes or (p.qmin, p.qmax))
 
 
+def _off_where_reached(dg: DomainGraph, ob: Obligation, rng: Mapping[str, Interval]) -> float:
+    """How many codes a violation with an error per input code (`off_by_code`) is off over the input codes
+    `rng` reaches — narrower than its recorded bound where `rng` is one piece of a split source
+    (`by_code`); the bound where qflow cannot read them."""
+    off, whole = ob.off_by_code, float(ob.bound.codes) if ob.bound is not None else math.inf
+    if off is None or not (ob.value == off.node or ob.value.endswith(f"/{off.node}")):
+        return whole
+    src = dg.producer(ob.value)
+    codes = reach(off.domain, rng.get(src)) if src is not None else None
+    return whole if codes is None else min(whole, math.ceil(off.worst(codes)[0] - 1e-9))
+
+
 def _spot(ob: Obligation) -> str:
     """The value a violation's wrong codes land on."""
     return ob.edge[1] if ob.edge and ob.kind is not ObligationKind.CLAIM else ob.node
@@ -284,11 +296,16 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
     if is_flip(ob):
         return _flipped(dg, ob, rng)
     if ob.finding_kind == "real-constant-on-codes" and ob.codes is not None and ob.bound is not None:
-        # (an activation on codes with its bounds as written: its codes, each at most `bound.codes` off)
+        # (an activation on codes with its bounds as written: its codes, each at most `bound.codes` off —
+        # or what the input codes `rng` reaches give, where it knows each code's error)
         at, d = _codes_of(dg, ob.node), ob.expected
         if at is None or d is None or at[1] != d:
             return None
-        return at[0], ob.bound.codes * d.scale, _read_as(d, ob.codes), False  # type: ignore[operator]
+        e, written = _off_where_reached(dg, ob, rng) * d.scale, _read_as(d, ob.codes)  # type: ignore[operator]
+        program = rng.get(at[0]) if ob.off_by_code is not None else None
+        if program is None:
+            return at[0], e, written, False
+        return at[0], e, (max(program[0] - e, written[0]), min(program[1] + e, written[1])), False
     if ob.off_by_code is not None and ob.bound is not None:
         # (an op the backend computes off, by up to `bound` codes where the program's input reaches: its
         # codes are the program's, that far off either way)
@@ -296,7 +313,7 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
         program = rng.get(at[0]) if at is not None else None
         if at is None or d is None or at[1] != d or program is None or (span := ranges.domain_range(d)) is None:
             return None
-        e = ob.bound.codes * d.scale  # type: ignore[operator]
+        e = _off_where_reached(dg, ob, rng) * d.scale  # type: ignore[operator]
         return at[0], e, (max(program[0] - e, span[0]), min(program[1] + e, span[1])), False
     if ob.finding_kind == "dropped-scale" and ob.edge and ob.bound is not None and ob.expected is not None:
         # (zero points only, a bound over every code as a copy's; the backend writes the op's codes

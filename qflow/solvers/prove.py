@@ -630,7 +630,7 @@ def _masked(dg: DomainGraph, results: list[Result]) -> list[Result]:
         split = ranges.correlated(dg, rng, {r.obligation.node for r in violated})
         sharper = _weighed(dg, reads, split)
         worst = sharper if sharper is not None and sharper.lsb < worst.lsb else worst
-        if not worst.within_rounding:  # (comparisons that flip: both sides, one code of a source at a time)
+        if not worst.within_rounding:  # (flips, errors by code: both sides, one code of a source at a time)
             pieces = by_code.weighed(dg, reads, split)
             worst = pieces if pieces is not None and pieces.lsb < worst.lsb else worst
     if worst is None:
