@@ -250,6 +250,56 @@ def level_inputs(converted: torch.fx.GraphModule, tests: list[Inputs], n: int) -
     return out
 
 
+def searched_inputs(
+    converted: torch.fx.GraphModule,
+    tests: list[Inputs],
+    start: list[Inputs],
+    distance: Callable[[Inputs], float],
+    seed: int,
+    n: int,
+) -> tuple[Inputs, float, int]:
+    """The input furthest from the fake-quantized model that `n` backend runs find (`rejudge.py --search`):
+    from the worst of `start`, random moves (a few elements or a block of them redrawn over the input's
+    range, everything moved to one level, every element nudged by a code or two), each kept when the
+    backend is no nearer (`distance`: the backend's error, in band units). Steered by the backend's own
+    error alone — no verdict of qflow — so it can find a miss as well as turn a false alarm into a hit.
+    Returns (that input, its distance, the run at which it was found)."""
+    ranges = _input_ranges(converted, tests)
+    gen = torch.Generator().manual_seed(seed + 5)
+    scored = [(distance(x), i, x) for i, x in enumerate(start)]
+    best_d, _, best = max(scored, key=lambda s: (s[0], -s[1]))
+    found = 0
+
+    def rand(shape: torch.Size) -> torch.Tensor:
+        return torch.rand(shape, generator=gen)
+
+    def moved(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+        flat, kind = x.flatten().clone(), int(torch.randint(4, (1,), generator=gen))
+        if kind == 0:  # a few elements redrawn
+            k = 1 + int(torch.randint(max(1, flat.numel() // 8), (1,), generator=gen))
+            at = torch.randperm(flat.numel(), generator=gen)[:k]
+            flat[at] = lo + (hi - lo) * rand(at.shape)
+        elif kind == 1:  # a block of consecutive elements (a row, a window) redrawn narrow
+            k = 1 + int(torch.randint(flat.numel(), (1,), generator=gen))
+            a = int(torch.randint(flat.numel() - k + 1, (1,), generator=gen))
+            centre = float(rand(torch.Size([1])))
+            flat[a : a + k] = lo + (hi - lo) * (centre + (rand(torch.Size([k])) - 0.5) * 0.1)
+        elif kind == 2:  # everything towards one level
+            level, w = (float(v) for v in rand(torch.Size([2])))
+            flat = flat * (1 - w) + (lo + (hi - lo) * level) * w
+        else:  # every element nudged by about a code of the input's grid (256 codes over the range)
+            flat = flat + (hi - lo) / 256 * (2 * rand(flat.shape) - 1) * 2
+        return x.clone().copy_(torch.clamp(flat, lo, hi).reshape(x.shape))
+
+    for k in range(n):
+        cand = tuple(moved(t, lo, hi) if t.is_floating_point() else t for t, (lo, hi) in zip(best, ranges, strict=True))
+        d = distance(cand)
+        if d >= best_d:
+            found = k + 1 if d > best_d else found
+            best_d, best = d, cand
+    return best, best_d, found
+
+
 def quantized(variant: str, spec: dict[str, Any], index: int, sink: dict[str, Any]) -> tuple[Any, ...]:
     """(the converted program, its calibration samples, its test inputs) of a case: its seeds make the
     same program every time (`run_case`, `rejudge.py`). `sink` gets the custom overrides."""

@@ -23,6 +23,9 @@ rounding): on the same inputs as a run without it, whether a deviation is the ke
 else.
 `--levels N` adds N constant inputs (`case.level_inputs`: every element at one level of its input's range, and 0):
 rows of equal values, which random inputs seldom give a mask or a row maximum.
+`--search N` then spends N more backend runs looking for the input furthest from the fake-quantized model
+(`case.searched_inputs`: random moves from the worst input so far, kept when the backend's error does not
+shrink): steered by the backend's error alone, so run it on proved cases as on flagged ones.
 `--ties N` judges nothing anew: on the inputs a record was judged on it records, per output, how far the
 backend's result is from the nearest of N results the fake-quantized model gives with what it requantizes
 jittered (`case.tie_resolutions`, in output LSB: `more.ties`). Within the band, each code the backend wrote is one
@@ -118,7 +121,9 @@ def ties(rec: dict[str, Any], trials: int) -> dict[str, Any]:
     return {**copy.deepcopy(rec), "more": ran}
 
 
-def rejudge(rec: dict[str, Any], n: int, attribute: bool, single: bool = False, levels: int = 0) -> dict[str, Any]:
+def rejudge(
+    rec: dict[str, Any], n: int, attribute: bool, single: bool = False, levels: int = 0, search: int = 0
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     index, variant, converted, tests, exported = _program(rec)
     inputs = case.random_inputs(converted, tests, seed=index, n=n) + case.level_inputs(converted, tests, levels)
@@ -128,8 +133,12 @@ def rejudge(rec: dict[str, Any], n: int, attribute: bool, single: bool = False, 
         want = [case._as_list(converted(*x)) for x in inputs]
     grids = rec["grids"]
     edge, _ = case.lower(variant, copy.deepcopy(exported), tests[0])
-    err = case.compare([case.run_backend(variant, edge, x) for x in inputs], want, grids)
+    got = [case.run_backend(variant, edge, x) for x in inputs]
+    err = case.compare(got, want, grids)
     more: dict[str, Any] = {"inputs": n, "levels": levels, "err": err}
+    if search:
+        more["search"] = _search(rec, converted, tests, edge, inputs, search)
+        err = _merged(err, more["search"]["err"])
     if attribute and (rec.get("repair") or {}).get("status") == "repaired":
         import qflow
 
@@ -144,6 +153,28 @@ def rejudge(rec: dict[str, Any], n: int, attribute: bool, single: bool = False, 
     return out
 
 
+def _search(
+    rec: dict[str, Any], converted: Any, tests: list[Any], edge: Any, inputs: list[Any], runs: int
+) -> dict[str, Any]:
+    """`case.searched_inputs` from the campaign's inputs and `inputs`: the furthest input `runs` backend runs
+    find, and the error there."""
+    index, full = case.parse_id(rec["id"])
+    variant, grids = case.base_variant(full), rec["grids"]
+
+    def distance(x: Any) -> float:
+        with torch.no_grad():
+            want = case._as_list(converted(*x))
+        err = case.compare([case.run_backend(variant, edge, x)], [want], grids)
+        return float(err.get("ratio", float("inf")))
+
+    start = tests + case.domain_inputs(converted, tests, seed=index) + inputs
+    best, d, at = case.searched_inputs(converted, tests, start, distance, seed=index, n=runs)
+    with torch.no_grad():
+        want = case._as_list(converted(*best))
+    err = case.compare([case.run_backend(variant, edge, best)], [want], grids)
+    return {"runs": runs, "found_at": at, "ratio": round(d, 4), "err": err}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", nargs="+", required=True, help="results files (the last record of an id wins)")
@@ -156,6 +187,7 @@ def main() -> None:
     )
     ap.add_argument("--ties", type=int, default=0, metavar="N", help="tie resolutions, N jitters (see above)")
     ap.add_argument("--levels", type=int, default=0, metavar="N", help="N constant inputs more (case.level_inputs)")
+    ap.add_argument("--search", type=int, default=0, metavar="N", help="N backend runs searching (see above)")
     args = ap.parse_args()
     ids = Path(args.ids[1:]).read_text().split() if args.ids.startswith("@") else args.ids.split(",")
     recs = {r["id"]: r for r in load([Path(p) for p in args.records])}
@@ -172,7 +204,7 @@ def main() -> None:
                 with cmsis_single_rounding():
                     new = rejudge(rec, args.inputs, args.attribute, single=True, levels=args.levels)
             else:
-                new = rejudge(rec, args.inputs, args.attribute, levels=args.levels)
+                new = rejudge(rec, args.inputs, args.attribute, levels=args.levels, search=args.search)
         except Exception as e:  # noqa: BLE001 - one case's failure is recorded, the rest go on
             new = copy.deepcopy(rec)
             new["more"] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-1500:]}
