@@ -303,9 +303,8 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
             return None
         e, written = _off_where_reached(dg, ob, rng) * d.scale, _read_as(d, ob.codes)  # type: ignore[operator]
         program = rng.get(at[0]) if ob.off_by_code is not None else None
-        if program is None:
-            return at[0], e, written, False
-        return at[0], e, (max(program[0] - e, written[0]), min(program[1] + e, written[1])), False
+        near = (max(program[0] - e, written[0]), min(program[1] + e, written[1])) if program is not None else written
+        return at[0], e, near if near[0] <= near[1] else written, False  # (the codes it writes, within e of ours)
     if ob.off_by_code is not None and ob.bound is not None:
         # (an op the backend computes off, by up to `bound` codes where the program's input reaches: its
         # codes are the program's, that far off either way)
