@@ -251,6 +251,11 @@ CASES: dict[str, tuple[str, str]] = {
         "former false alarm: two comparisons of values computed from one input, both run on codes; one code of "
         "the input at a time, the fill they pick apart stays below what a maximum keeps, through a permute",
     ),
+    "00226-cm": (
+        "exact",
+        "former false alarm: a + relu(sigmoid(a)), the relu run on the sigmoid's codes, off only on codes below its "
+        "code 0, where a is low enough that the add's output clips on both sides: one code of a at a time",
+    ),
     "00004-mk-cm": (
         "miscompile",
         "x * (m > 0.5).float(): the Cortex-M passes compare m's codes with 0.5 (72 LSB); the mask's float cast was "
@@ -593,6 +598,19 @@ def test_a_pad_lowered_for_the_other_layout_is_an_error_after_the_passes(campaig
     annotated = rec["qflow"]["annotated"]
     assert annotated["verdict"] == "warning", annotated
     assert [(f["kind"], f["node"]) for f in annotated["findings"]] == [("kernel-argument-mismatch", "pad")]
+
+
+def test_a_clamp_left_on_codes_is_weighed_by_what_the_program_computes(campaign: Any) -> None:
+    """01187-cm-custom: after the passes, ``clamp(-1.0, 1.0)`` is left on the avg pool's codes (zero point 69) as
+    written, so it writes codes -1 to 1 (reals near -2.8) where the program clamps reals to [-1, 1]; the output's
+    requant then clips the backend's values and not all of the program's. qflow read the clamp's own value as
+    what the backend computes on both sides and proved nothing wrong reached the output (until 2026-12-03);
+    the program's side is the clamp of reals. The kernels cannot run it (a float clamp of int8 codes is float)."""
+    rec = campaign("01187-cm-custom")
+    assert rec["outcome"] == "run-failed" and "torch.int8" in rec["error"], (rec["outcome"], rec.get("error"))
+    found = [f for f in rec["qflow"]["lowered"]["findings"] if f["severity"] == "error"]
+    assert [f["kind"] for f in found] == ["real-constant-on-codes"], rec["qflow"]["lowered"]["findings"]
+    assert found[0].get("output_lsb", 0) > 100, found
 
 
 def test_reducer_keeps_specs_valid() -> None:

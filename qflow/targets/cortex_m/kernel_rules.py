@@ -784,7 +784,11 @@ def clamp_on_codes(k: Kernel) -> None:
     if not (ok_lo and ok_hi):
         k.unproven(f"clamp bounds [{lo}, {hi}] are not a relu's in {d}: an activation the program after the "
                    "passes does not record")  # fmt: skip
-    if not d.per_channel:  # (what it computes: its codes clamped, the reals of those bounds in `d`)
+    if isinstance(lo, float) or isinstance(hi, float):  # (bounds in real units, left on codes as written:
+        #   what the program computes is its reals clamped there; what the backend does, an obligation says)
+        real = (-math.inf if lo is None else float(lo), math.inf if hi is None else float(hi))
+        k.dg.add_value(replace(k.dg.value(k.name), op_class=OpClass.ACTIVATION, clamp=real))
+    elif not d.per_channel:  # (what it computes: its codes clamped, the reals of those bounds in `d`)
         z, s = int(d.zero_point), float(d.scale)  # type: ignore[arg-type]
         real = (-math.inf if lo is None else (lo - z) * s, math.inf if hi is None else (hi - z) * s)
         k.dg.add_value(replace(k.dg.value(k.name), op_class=OpClass.ACTIVATION, clamp=real))
