@@ -133,11 +133,10 @@ def rejudge(
         want = [case._as_list(converted(*x)) for x in inputs]
     grids = rec["grids"]
     edge, _ = case.lower(variant, copy.deepcopy(exported), tests[0])
-    got = [case.run_backend(variant, edge, x) for x in inputs]
-    err = case.compare(got, want, grids)
+    err = case.compare([case.run_backend(variant, edge, x) for x in inputs], want, grids)
     more: dict[str, Any] = {"inputs": n, "levels": levels, "err": err}
     if search:
-        more["search"] = _search(rec, converted, tests, edge, inputs, search)
+        more["search"] = _search(rec, variant, converted, tests, edge, inputs, search)
         err = _merged(err, more["search"]["err"])
     if attribute and (rec.get("repair") or {}).get("status") == "repaired":
         import qflow
@@ -154,12 +153,11 @@ def rejudge(
 
 
 def _search(
-    rec: dict[str, Any], converted: Any, tests: list[Any], edge: Any, inputs: list[Any], runs: int
+    rec: dict[str, Any], variant: str, converted: Any, tests: list[Any], edge: Any, inputs: list[Any], runs: int
 ) -> dict[str, Any]:
     """`case.searched_inputs` from the campaign's inputs and `inputs`: the furthest input `runs` backend runs
     find, and the error there."""
-    index, full = case.parse_id(rec["id"])
-    variant, grids = case.base_variant(full), rec["grids"]
+    index, grids = case.parse_id(rec["id"])[0], rec["grids"]
 
     def distance(x: Any) -> float:
         with torch.no_grad():

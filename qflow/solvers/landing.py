@@ -240,16 +240,25 @@ def _widened(r: Read, codes: tuple[int, int] | None) -> Bound | None:
     return bounds.dropped_requant(replace(p, dtype=e.dtype), e, bounds.COPY, codes or (p.qmin, p.qmax))
 
 
-def _off_where_reached(dg: DomainGraph, ob: Obligation, rng: Mapping[str, Interval]) -> float:
-    """How many codes a violation with an error per input code (`off_by_code`) is off over the input codes
-    `rng` reaches — narrower than its recorded bound where `rng` is one piece of a split source
-    (`by_code`); the bound where qflow cannot read them."""
-    off, whole = ob.off_by_code, float(ob.bound.codes) if ob.bound is not None else math.inf
+def indexing_codes(dg: DomainGraph, ob: Obligation, rng: Mapping[str, Interval]) -> tuple[int, int] | None:
+    """The input codes `rng` reaches at the op whose per-code errors (`off_by_code`) `ob` carries; None where
+    qflow cannot read them (`ob` is not at that op, or its input has no range on that grid)."""
+    off = ob.off_by_code
     if off is None or not (ob.value == off.node or ob.value.endswith(f"/{off.node}")):
-        return whole
+        return None
     src = dg.producer(ob.value)
-    codes = reach(off.domain, rng.get(src)) if src is not None else None
-    return whole if codes is None else min(whole, math.ceil(off.worst(codes)[0] - 1e-9))
+    return reach(off.domain, rng.get(src)) if src is not None else None
+
+
+def _off_where_reached(dg: DomainGraph, ob: Obligation, rng: Mapping[str, Interval]) -> float:
+    """How many codes a violation with an error per input code is off over the input codes `rng` reaches —
+    narrower than its recorded bound where `rng` is one piece of a split source (`by_code`); the bound
+    where qflow cannot read them."""
+    whole = float(ob.bound.codes) if ob.bound is not None else math.inf
+    codes = indexing_codes(dg, ob, rng)
+    if codes is None or ob.off_by_code is None:
+        return whole
+    return min(whole, math.ceil(ob.off_by_code.worst(codes)[0] - 1e-9))
 
 
 def _spot(ob: Obligation) -> str:

@@ -585,9 +585,7 @@ def _off_by_code(dg: DomainGraph, results: list[Result]) -> list[Result]:
         if off is None or r.status not in (Status.PROVED, Status.VIOLATED):
             out.append(r)
             continue
-        indexed = ob.value == off.node or ob.value.endswith(f"/{off.node}")  # (the op whose input codes index it)
-        src = dg.producer(ob.value) if indexed else None
-        codes = landing.reach(off.domain, rng.get(src)) if src is not None else None
+        codes = landing.indexing_codes(dg, ob, rng)  # (at the op whose input codes index its errors)
         if codes is None and r.status is Status.VIOLATED:
             out.append(replace(r, obligation=replace(ob, detail=f"{ob.detail}.")))
             continue
