@@ -642,8 +642,7 @@ def _in_band(dg: DomainGraph, results: list[Result], rng: Mapping[str, ranges.In
         ob = r.obligation
         if r.status is Status.VIOLATED or ob.off_by_code is None or r.masked is not None:
             continue
-        codes = landing.indexing_codes(dg, ob, rng)
-        worst = ob.off_by_code.worst(codes)[0] if codes is not None else 0.0
+        worst = ob.off_by_code.worst(landing.indexing_codes(dg, ob, rng))[0]  # (every code where none is known)
         if worst > 0:
             reads.append(_band_read(ob, worst))
     return reads
