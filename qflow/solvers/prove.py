@@ -656,8 +656,8 @@ def _masked(dg: DomainGraph, results: list[Result]) -> list[Result]:
         return results
     if not all(_silent(dg, r.obligation) for r in violated):  # (a load a target refuses is no number)
         return results
-    rng = ranges.value_ranges(dg)
     reads = [landing.Read(r.obligation, _domain(r.produced), _domain(r.expected), _copied(r)) for r in violated]
+    rng = ranges.value_ranges(dg)
     worst = _weighed(dg, reads, rng)
     if worst is not None and not worst.within_rounding:  # (sharper ranges, where one value is read twice)
         split = ranges.correlated(dg, rng, {r.obligation.node for r in violated})
