@@ -87,6 +87,16 @@ def _grid(d: Domain | None) -> tuple[float, float] | None:
     return (d.scale, r[1] - r[0]) if r is not None and d.scale > 0 else None  # type: ignore[union-attr, operator]
 
 
+def _on_grid(own: tuple[float, float], grids: list[tuple[float, float] | None]) -> bool:
+    """Are the values quantized onto `own` codes of grids it divides (a requantize after a relu or a copy,
+    onto its input's grid)? Then both sides round exactly and the codes move only as far as the values."""
+    for g in grids:
+        k = g[0] / own[0] if g is not None else 0.0
+        if k < 1.0 or abs(k - round(k)) > 1e-9 * k:
+            return False
+    return bool(grids)
+
+
 def width(d: Domain) -> float:
     """The width of `d`'s real range (inf when it has no fixed one)."""
     g = _grid(d)
@@ -318,8 +328,9 @@ def output_error(
                 if ranges.pinned(at, e, qlo, qhi, own[0] / 2):  # both saturate at one end: the same code
                     e = 0.0
                 lo, hi = ranges.hull(at, e)
+                step = 0.0 if v.op_class is OpClass.QUANTIZE and _on_grid(own, [grid[p] for p in reached]) else own[0]
                 pre[name], grid[name] = e, own
-                err[name] = min(e + own[0], own[1], min(qhi, hi) - max(qlo, lo) + own[0]) if e else 0.0
+                err[name] = min(e + step, own[1], min(qhi, hi) - max(qlo, lo) + step) if e else 0.0
             elif v.op_class is OpClass.COMPUTE:  # an unrounded result
                 pre[name], grid[name], err[name] = e, None, e
             else:  # a copy or clamp of rounded values: codes at most as far apart as its input's

@@ -94,6 +94,8 @@ CONTROL_FLOW = frozenset({"cond", "while_loop", "wrap_with_set_grad_enabled"})
 #: Ops whose tensor arguments all share one domain with the output (cat's list):
 #: every input beyond the first is an obligation.
 MULTI_INPUT_IDENTITY = frozenset({"cat", "concat", "concatenate", "stack"})
+#: Ops that multiply and accumulate (a convolution, a matmul): a backend sums their products in a wider integer.
+ACCUMULATING = frozenset({"linear", "conv1d", "conv2d", "convolution", "matmul", "bmm", "mm", "addmm"})
 #: Ops that select codes from some of their arguments, by position: where's two
 #: branches share the output's domain, its condition (a bool mask) carries none; a
 #: maximum / minimum a target runs on codes (Cortex-M) picks each element from either.

@@ -28,10 +28,10 @@ def annotated_example(name: str) -> torch.fx.GraphModule:
 
 
 @pytest.mark.parametrize("name", ORDINARY + ("seed000_control",))
-def test_stock_annotations_are_proved_before_calibration(name) -> None:
+def test_stock_annotations_are_proved_before_calibration(clean, name) -> None:
     r = qflow.analyze(annotated_example(name))
     assert r.form == "annotated"
-    assert r.proved and not r.errors, str(r)
+    clean(r, name)
 
 
 def test_seed000_annotations_are_refuted_with_a_witness() -> None:

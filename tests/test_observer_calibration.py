@@ -98,7 +98,7 @@ def test_a_histogram_decides_a_negs_scale_only_when_it_calibrates() -> None:
     g = annotated(quantizer(None))
     report = qflow.analyze(g, target="arm-tosa")
     assert report.status == "unproven" and not report.errors, str(report)
-    [f] = report.findings
+    [f] = [f for f in report.findings if f.kind != "rounded-twice"]  # (and the int16 linear's rescale, unweighed)
     assert (f.kind, f.node, f.severity) == ("dropped-scale", "neg", "warning") and "HistogramObserver" in f.message
     converted, qparams = calibrated(g)
     assert qparams["neg"][0] != qparams["linear"][0]  # what makes it undecided: measured, not assumed

@@ -160,7 +160,8 @@ def test_the_a16w8_lstm_is_unproven_at_its_int16_tables_and_its_artifact_is_read
     named = {f.node.rstrip("_0123456789") for f in run.before.findings if f.kind == "unvalidated-lowering"}
     assert run.before.status == "unproven" and named <= {"sigmoid", "tanh"} and named, named
     assert run.after.status == "unproven"
-    assert {f.kind for f in run.after.findings} <= {"unvalidated-lowering", "table-interpolation"}, str(run.after)
+    kinds = {"unvalidated-lowering", "table-interpolation", "rounded-twice"}  # (an int16 linear's 16-bit rescale)
+    assert {f.kind for f in run.after.findings} <= kinds, str(run.after)
 
 
 @pytest.mark.parametrize("model_name", ["vit", "llama"])

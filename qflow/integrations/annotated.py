@@ -23,7 +23,7 @@ from qflow.integrations import duplicate_users, observer_calibration
 from qflow.integrations.observer_calibration import Alike
 from qflow.ir.activations import BOUNDED
 from qflow.ir.fx_nodes import Consts, constant_nodes, dtype_name, removed_by_to_edge, target_name
-from qflow.ops import OpClass, base_name, classify
+from qflow.ops import ACCUMULATING, OpClass, base_name, classify
 from qflow.ranges import COMPARISONS
 from qflow.solvers.prove import _UnionFind
 from qflow.targets import OpRule, Target
@@ -158,6 +158,7 @@ class AnnotatedAdapter:
         self._skipped_requants(anns)
         self._comparisons_before_calibration(anns)
         self._min_max_before_calibration(anns)
+        self._wide_accumulators_before_calibration(anns)
         self._ignored_variants()
         merging = tuple(t.name for t in self._members if t.merges_duplicate_users)
         merge_keys = duplicate_users.keys(self.gm) if twins and merging else {}
@@ -458,6 +459,27 @@ class AnnotatedAdapter:
                     "converted program)"
                 )
                 self.dg.oblige_unbounded(n.name, "its rounding", "rounded-twice", why, rounding)
+
+    def _wide_accumulators_before_calibration(self, anns: dict[fx.Node, Any]) -> None:
+        """A conv / matmul of int16 activations into int16 on a target that rounds it one code off (the
+        ``rounded_twice`` hook: Arm's 16-bit multiplier for an INT48 accumulator): whether what follows makes that
+        code many is known only once the grids are (the Q/DQ form weighs it) — unproven here, unless only the
+        program's outputs read it."""
+        rounding = tuple(t.name for t in self._members if t.hook("rounded_twice") is not None)
+        for n, a in anns.items() if rounding else ():
+            if base_name(target_name(n)) not in ACCUMULATING or n.name not in self.dg.g or a.output_qspec is None:
+                continue
+            ins = [getattr(qs, "dtype", None) for qs in a.input_qspec_map.values()]
+            if str(getattr(a.output_qspec, "dtype", None)) != "torch.int16" or "torch.int16" not in map(str, ins):
+                continue
+            if all(u.op == "output" for u in n.users):
+                continue
+            why = (
+                f"{n.name} ({base_name(target_name(n))}) of int16 activations into int16: {', '.join(rounding)} "
+                "rescales its INT48 accumulator with a 16-bit multiplier, one code off the program's over the int16 "
+                "range, which what follows may make many (analyze the converted program)"
+            )
+            self.dg.oblige_unbounded(n.name, "its rounding", "rounded-twice", why, rounding)
 
     def _activation_after_calibration(self, n: fx.Node) -> None:
         """On a target whose lowering of an activation is decided by the calibrated program, the

@@ -273,16 +273,21 @@ KINDS: dict[str, Kind] = {
         Kind(
             "rounded-twice",
             "warning",
-            "a maximum / minimum of two grids the backend rounds twice, where what follows amplifies one code",
+            "a result the backend's own rounding puts one code off (a maximum / minimum of two grids rounded "
+            "twice, an int16 conv / matmul rescaled with a 16-bit multiplier), where what follows amplifies it",
             "The program rounds max(a, b) once onto the output grid. The Arm backend rescales both operands to "
             "int32 on the finer operand's scale (InsertRescalePass, ExecuTorch 1.5.1) and the result onto the "
             "output's, so the coarser operand's value is rounded twice and can land one code off (within the "
             "op's contract). Where the ops after it make that one code more than one output LSB (a steep table "
             "such as a LayerNorm's rsqrt, an argmax, a comparison), the program is unproven (measured: mask "
             "campaign 00230-mk-arm-custom, a minimum one code off and the output 12 LSB off on the TOSA reference "
-            "model).",
+            "model). With int16 activations a conv / linear / matmul accumulates in INT48, which TOSA rescales with "
+            "a 16-bit multiplier (scale32 false): the program's ratio within about 2^-15, one int16 code off over "
+            "the output's range (transformer campaign 00057-tx-arm-a16w8: a linear's code times a relu of up to 8, "
+            "8 output LSB).",
             "Quantize both operands of the maximum / minimum in one domain (share the qspec), or give its output "
-            "the finer operand's scale.",
+            "the finer operand's scale; for an int16 conv / matmul, keep what follows from amplifying its codes "
+            "(no product with a large operand, no steep table right after it).",
         ),
         Kind(
             "skipped-requant",

@@ -101,10 +101,11 @@ def rounded_comparisons(gm: Any, consts: Any, folded: bool) -> list[Any]:
 
 
 def rounded_twice(gm: Any, consts: Any, folded: bool) -> list[Any]:
-    """The maximum / minimum of two grids whose result the backend rounds twice (one code off)."""
-    from qflow.targets.arm import min_max
+    """The results the backend's own rounding can put one code off the program's: a maximum / minimum of two
+    grids it rounds twice, an int16 conv / matmul whose accumulator it rescales with a 16-bit multiplier."""
+    from qflow.targets.arm import min_max, wide_accumulators
 
-    return min_max.rounded_twice(gm, consts, folded)
+    return [*min_max.rounded_twice(gm, consts, folded), *wide_accumulators.coarse_rescales(gm, consts, folded)]
 
 
 def skipped_requants_before_calibration(gm: Any, annotated: Any) -> list[tuple[str, str, str]]:

@@ -1,0 +1,79 @@
+"""int16 convolutions and matmuls: Arm rescales their INT48 accumulators with 16-bit multipliers, real pipeline.
+
+Transformer campaign case 00057-tx-arm-a16w8 (a relu, an rms_norm, a linear, the linear's output times the relu's,
+an attention product): every domain consistent, proved before partitioning and lowered until 2026-12-03. The input
+42 runs of the campaign's seeded search find (`rejudge.py --search`, steered by the backend alone) is 8 output LSB
+off on the TOSA reference model: the linear's RESCALE from INT48 has a 15-bit multiplier (TOSA ``scale32`` false),
+its result one int16 code off the program's, and the product with a relu of up to 8 makes that code 8. Now that
+one code is followed to the outputs as a maximum rounded twice is (`rounded-twice`): unproven there. A linear
+whose one code nothing amplifies stays proved.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from executorch.backends.arm.quantizer import get_symmetric_a16w8_quantization_config
+
+import qflow
+from qflow.targets.arm import pipeline as arm
+
+CAMPAIGN = Path(__file__).resolve().parent.parent / "benchmarks" / "soundness"
+
+
+def test_a_code_an_int16_linear_rescale_moves_is_followed_to_the_outputs() -> None:
+    sys.path.insert(0, str(CAMPAIGN))
+    import case
+    from gen import generate
+
+    index, full = case.parse_id("00057-tx-arm-a16w8")
+    variant = case.base_variant(full)
+    converted, samples, tests = case.quantized(variant, generate(index, case.menu_of(full)), index, {})
+    exported = torch.export.export(converted, samples[0], strict=True)
+    edge, _ = case.lower(variant, copy.deepcopy(exported), tests[0])
+    for report in (qflow.analyze(exported, target="arm-tosa"), qflow.analyze(edge, target="arm-tosa")):
+        assert report.status == "unproven" and not report.errors, str(report)
+        nodes = {f.node.rsplit("/", 1)[-1] for f in report.findings if f.kind == "rounded-twice"}
+        assert nodes & {"linear", "aten_linear_default"}, str(report)
+    grids = case.output_grids(converted, tests)
+
+    def distance(x: Any) -> float:
+        with torch.no_grad():
+            want = case._as_list(converted(*x))
+        return float(case.compare([case.run_backend(variant, edge, x)], [want], grids).get("ratio", math.inf))
+
+    start = tests + case.domain_inputs(converted, tests, seed=index)
+    worst, _, _ = case.searched_inputs(converted, tests, start, distance, seed=index, n=42)
+    with torch.no_grad():
+        want = case._as_list(converted(*worst))
+    err = case.compare([case.run_backend(variant, edge, worst)], [want], grids)
+    assert err["outputs"][0]["lsb"] >= 8, err  # (what a proof would have missed: beyond the band of 2)
+
+
+class Linear(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x)
+
+
+def test_an_int16_linear_alone_stays_proved() -> None:
+    """Its one code is the output's own: within the contract, as the TOSA reference model measures."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(1, 4, 16),)
+    spec = "TOSA-1.0+INT+int16"
+    converted = arm.quantize(Linear().eval(), inputs, spec=spec, config=get_symmetric_a16w8_quantization_config())
+    exported = torch.export.export(converted, inputs)
+    report = qflow.analyze(exported, target="arm-tosa")
+    assert report.proved, str(report)
+    lowered = arm.lower(exported, inputs, spec=spec)
+    step = float(converted(*inputs).unique().diff().min())
+    off = float((arm.run_tosa_reference(lowered, inputs)[0] - converted(*inputs)).abs().max()) / step
+    assert off <= 1.0 + 1e-3, off
