@@ -32,9 +32,10 @@ def _artifact_errors(program) -> list:
 
 
 @pytest.mark.parametrize("name", CLEAN)
-def test_clean_artifacts_prove_with_no_finding(built, name) -> None:
+def test_clean_artifacts_prove_with_no_finding(built, clean, name) -> None:
     r = ta.analyze_artifact(built(name).lowered)
-    assert r.form == "artifact" and r.proved and not r.findings, str(r)
+    assert r.form == "artifact" and not [f for f in r.findings if f.severity != "warning"], str(r)
+    clean(r, name)
     assert r.obligations["proved"] >= 5  # every RESCALE/conv/edge was checked, not skipped
 
 
@@ -353,14 +354,22 @@ def _mutation_models(built, a8w4):
         yield name, b.lowered, b.inputs
 
 
-def test_every_output_changing_mutant_is_detected(built, a8w4, capsys) -> None:
+def _flagged(program: Any, known: set[tuple[str, str]]) -> bool:
+    """Is the artifact unproved for a reason beyond the `known` findings of the unmodified one?"""
+    r = ta.analyze_artifact(program)
+    return not r.proved and not {(f.kind, f.node) for f in r.findings} <= known
+
+
+def test_every_output_changing_mutant_is_detected(built, a8w4, clean, capsys) -> None:
     score = {"mutants": 0, "output changed": 0, "detected": 0, "rejected by the reference model": 0, "equivalent": 0}
     missed, equivalent_flagged = [], 0
     for name, lowered, inputs in _mutation_models(built, a8w4):
         program = copy.deepcopy(lowered)
         gm = program.exported_program().graph_module
         lms = [m for n, m in gm.named_children() if n.startswith("lowered_module")]
-        assert ta.analyze_artifact(program).proved, name  # the unmodified artifact: 0 findings
+        unmodified = ta.analyze_artifact(program)
+        clean(unmodified, name)  # (mixed_a16w8: unproven at its int16 linear's 16-bit-multiplier RESCALE)
+        known = {(f.kind, f.node) for f in unmodified.findings}
         base = _run(program, inputs)
         assert base is not None
         for lm in lms:
@@ -368,7 +377,7 @@ def test_every_output_changing_mutant_is_detected(built, a8w4, capsys) -> None:
             for mut in mutants(original):
                 lm._processed_bytes = mut.buf
                 score["mutants"] += 1
-                flagged = not ta.analyze_artifact(program).proved
+                flagged = _flagged(program, known)
                 out = _run(program, inputs)
                 if out is None:
                     score["rejected by the reference model"] += 1

@@ -22,6 +22,7 @@ from executorch.backends.arm.quantizer import get_symmetric_a16w8_quantization_c
 
 import qflow
 from qflow.targets.arm import pipeline as arm
+from qflow.targets.arm.tosa_artifact import analyze_artifact
 
 CAMPAIGN = Path(__file__).resolve().parent.parent / "benchmarks" / "soundness"
 
@@ -40,6 +41,10 @@ def test_a_code_an_int16_linear_rescale_moves_is_followed_to_the_outputs() -> No
         assert report.status == "unproven" and not report.errors, str(report)
         nodes = {f.node.rsplit("/", 1)[-1] for f in report.findings if f.kind == "rounded-twice"}
         assert nodes & {"linear", "aten_linear_default"}, str(report)
+    # the artifact alone (no graph to weigh what follows): unproven at the RESCALE, never proved as before
+    artifact = analyze_artifact(edge)
+    assert artifact.status == "unproven" and not artifact.errors, str(artifact)
+    assert any(f.kind == "rounded-twice" and "scale32 false" in f.message for f in artifact.findings), str(artifact)
     grids = case.output_grids(converted, tests)
 
     def distance(x: Any) -> float:
@@ -74,6 +79,7 @@ def test_an_int16_linear_alone_stays_proved() -> None:
     report = qflow.analyze(exported, target="arm-tosa")
     assert report.proved, str(report)
     lowered = arm.lower(exported, inputs, spec=spec)
+    assert analyze_artifact(lowered).proved  # (its RESCALE's codes are copied out: the output's own code)
     step = float(converted(*inputs).unique().diff().min())
     off = float((arm.run_tosa_reference(lowered, inputs)[0] - converted(*inputs)).abs().max()) / step
     assert off <= 1.0 + 1e-3, off

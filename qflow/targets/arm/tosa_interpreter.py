@@ -204,6 +204,9 @@ class Check:
     kind: str | None = None
     #: How far the op is off by input code (an int16 TABLE's interpolation), where it is.
     off_by_code: CodeErrors | None = None
+    #: Undecided on the artifact alone, weighed by the partition's own obligation where the program's graph is
+    #: analysed with it (an int16 result one code off, which only the ops after it can make many).
+    graph_weighs: bool = False
 
     @property
     def where(self) -> str:
@@ -395,6 +398,7 @@ class Interpreter:
         inform: bool = False,
         kind: str | None = None,
         off_by_code: CodeErrors | None = None,
+        graph_weighs: bool = False,
     ) -> None:
         def as_domain(d: Any) -> Domain | None:
             return d.domain() if isinstance(d, Dom) else d
@@ -402,7 +406,7 @@ class Interpreter:
         self.checks.append(
             Check(ok, op.op, op.index, op.outputs[0] if op.outputs else "", self.node_of(op), msg,
                   as_domain(produced), as_domain(expected), needs_reference=ok is None and _UNANCHORED in msg,
-                  inform=inform, kind=kind, off_by_code=off_by_code)
+                  inform=inform, kind=kind, off_by_code=off_by_code, graph_weighs=graph_weighs)
         )  # fmt: skip
 
     def data(self, name: str) -> np.ndarray | None:
@@ -798,7 +802,14 @@ class Interpreter:
             self.unknown(op.outputs[0], dtype, f"RESCALE #{op.index} has a non-positive multiplier")
             return
         out_zp = self.rescale_zp(op, in_zp, out_zp, ratios, src, x)
-        tol = src.tol + (2.0**-30 if op.attrs.get("scale32", True) else 2.0**-14)
+        scale32 = op.attrs.get("scale32", True)
+        if not scale32 and src.dtype == "int48" and dtype == "int16" and not self._only_copied_out(op.outputs[0]):
+            self.check(op, None, f"RESCALE #{op.index} of an INT48 accumulator into int16 with 16-bit multipliers "
+                       f"{m.tolist()}/2^{s.tolist()} (scale32 false): the ratio within about 2^-15, so over the int16 "
+                       "range its codes can be one off the program's; how far the ops after it carry that one code "
+                       "only the program's graph says (analyze the lowered program)",
+                       kind="rounded-twice", graph_weighs=True)  # fmt: skip
+        tol = src.tol + (2.0**-30 if scale32 else 2.0**-14)
         narrow = None if dtype in _NARROW else _narrow_of(src)
         if src.scale is None:
             self.dom[op.outputs[0]] = Dom(dtype, None, out_zp, tol, narrow=narrow)
@@ -816,6 +827,14 @@ class Interpreter:
         if isinstance(scale, tuple):
             scale = _uniform(scale, tol + 1e-6)
         self.dom[op.outputs[0]] = Dom(dtype, scale, out_zp, tol, narrow=narrow)
+
+    def _only_copied_out(self, tensor: str) -> bool:
+        """Does `tensor` reach nothing but the program's outputs, through copies? Then one code off in it is
+        one code off in an output, the op's own contract."""
+        readers = self._cons.get(tensor, [])
+        if not readers:
+            return tensor in self.p.outputs
+        return all(r.op in _COPY and all(map(self._only_copied_out, r.outputs)) for r in readers)
 
     def rescale_zp(
         self, op: TosaOp, in_zp: int | None, out_zp: int, ratios: tuple[float, ...], src: Dom, x: str
