@@ -164,6 +164,20 @@ class Obligation:
     off_by_code: CodeErrors | None = None
 
 
+@dataclass(frozen=True)
+class OneCode:
+    """`value`, read at `node`, can be one code off the program's on `targets` — the backend's own rounding
+    (a maximum of two grids rounded twice, an accumulator rescaled with a 16-bit multiplier), within the op's
+    contract. Unproven where what follows makes that code more than one output LSB, which only the whole
+    program's graph says (a partition's value can be amplified by the host or by another partition)."""
+
+    node: str
+    value: str
+    kind: str
+    detail: str
+    targets: tuple[str, ...]
+
+
 @dataclass
 class DomainGraph:
     """Values by name, their uses as a networkx DiGraph, and the obligations to prove."""
@@ -183,6 +197,8 @@ class DomainGraph:
     #: A value no output depends on but through an activation that outputs one value for every code it can
     #: read → that activation (`integrations.masked`): what the backend computes there cannot be seen.
     unreached: dict[str, str] = field(default_factory=dict)
+    #: Values a backend can write one code off, weighed once the whole program is read (`impact`).
+    one_code: list[OneCode] = field(default_factory=list)
     #: name → Value. The networkx graph holds the uses (its nodes carry no attributes):
     #: the analysis reads every value, and a dict is read without networkx's views.
     _by_name: dict[str, Value] = field(default_factory=dict, init=False, repr=False)
@@ -345,6 +361,7 @@ class DomainGraph:
             self.oblige(replace(ob, node=ren(ob.node), value=ren(ob.value), other=ren(ob.other), edge=edge))
         self.notes += [f"{prefix}: {n}" for n in sub.notes]
         self.unreached.update({f"{prefix}/{n}": f"{prefix}/{a}" for n, a in sub.unreached.items()})
+        self.one_code += [replace(c, node=f"{prefix}/{c.node}", value=f"{prefix}/{c.value}") for c in sub.one_code]
 
 
 def _quantized(d: Domain | None) -> bool:

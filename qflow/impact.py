@@ -356,6 +356,16 @@ def amplified(dg: DomainGraph, value: str, rng: Mapping[str, Interval] | None = 
     return reach if reach.output is not None and not reach.lsb <= 1.0 else None
 
 
+def oblige_one_codes(dg: DomainGraph) -> None:
+    """Each value of `dg.one_code` whose one code what follows makes more than one output LSB is unproven at
+    its node (the finding says how far); then the list is done. Run on the whole program's graph."""
+    rng = value_ranges(dg) if dg.one_code else None
+    for c in dg.one_code:
+        if c.node in dg.g and (reach := amplified(dg, c.value, rng)) is not None:
+            dg.oblige_unbounded(c.node, "its rounding", c.kind, f"{c.detail}; {one_code_text(reach)}", c.targets)
+    dg.one_code.clear()
+
+
 def one_code_text(reach: Impact) -> str:
     """What `amplified` found, for a finding."""
     bound = f"up to {reach.lsb:.3g} LSB" if math.isfinite(reach.lsb) else "an amount qflow cannot bound"

@@ -60,6 +60,29 @@ def test_a_code_an_int16_linear_rescale_moves_is_followed_to_the_outputs() -> No
     assert err["outputs"][0]["lsb"] >= 8, err  # (what a proof would have missed: beyond the band of 2)
 
 
+def test_a_code_carried_out_of_its_partition_is_weighed_by_the_program_around_it() -> None:
+    """Case 01015-tx-arm-a16w8: the int16 linear's codes leave their partition times a constant, and the host's
+    rms_norm (decomposed: pow, mean, rsqrt, mul) between the partitions amplifies them. The lowered program was
+    proved (each partition's one code weighed in that partition alone); the input a search found is 23 LSB off."""
+    sys.path.insert(0, str(CAMPAIGN))
+    import case
+    from gen import generate
+
+    index, full = case.parse_id("01015-tx-arm-a16w8")
+    variant = case.base_variant(full)
+    converted, samples, tests = case.quantized(variant, generate(index, case.menu_of(full)), index, {})
+    exported = torch.export.export(converted, samples[0], strict=True)
+    edge, _ = case.lower(variant, copy.deepcopy(exported), tests[0])
+    report = qflow.analyze(edge, target="arm-tosa")
+    assert report.status == "unproven" and not report.errors, str(report)
+    assert "lowered_module_0/aten_linear_default" in {f.node for f in report.findings if f.kind == "rounded-twice"}
+    worst = torch.load(Path(__file__).parent / "data" / "worst-input-01015-tx-arm-a16w8.pt")
+    with torch.no_grad():
+        want = case._as_list(converted(*worst))
+    err = case.compare([case.run_backend(variant, edge, worst)], [want], case.output_grids(converted, tests))
+    assert max(o["lsb"] for o in err["outputs"]) >= 20, err  # (beyond the band of 2: what the proof missed)
+
+
 class Linear(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -26,11 +26,11 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from qflow import bounds, impact, ranges
+from qflow import bounds, impact
 from qflow.domain import DTYPE_RANGE, FLOAT, Domain
 from qflow.errors import InputError
 from qflow.gc_pause import paused_gc
-from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, Value, float_fact
+from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, OneCode, Value, float_fact
 from qflow.integrations import bias_domain, duplicate_users, ignored_variants, masked
 from qflow.integrations.fx_control_flow import ControlFlowReading
 from qflow.integrations.fx_delegates import DelegateReading
@@ -94,10 +94,13 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         carry: bool = True,
         reference: Any = None,
         inputs: dict[str, Definition] | None = None,
+        inner: bool = False,
     ) -> None:
         if form not in FORMS:
             raise InputError(f"unknown form {form!r}; expected one of {FORMS}")
         self.gm, self.ep, self.form = gm, ep, form
+        #: a partition or a branch read for the program around it (which weighs what its values become)
+        self.inner = inner
         self.target = target or get_target(None)
         self.consts = Consts(gm, ep)
         self.dg = DomainGraph(form=form, target=self.target.name)
@@ -278,6 +281,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
             bias_domain.oblige_bias_domains(self.gm, self.dg, self.consts, adding)
         if self.form == "qdq" and any(t.ignored_variants for t in self._members):
             ignored_variants.oblige_honoured_variants(self.gm, self.dg, self.consts, self._members)
+        if not self.inner:  # (a partition's or a branch's values are weighed with the program around them)
+            impact.oblige_one_codes(self.dg)
         if self._carry and not self.target.members and self.target.outcome is Outcome.MISCOMPILE:
             masked.let_go(self.gm, self.dg, self.target.fuses_consecutive_clamps)
         return self.dg
@@ -294,16 +299,13 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
 
     def _oblige_rounded_twice(self) -> None:
         """Where a member target's backend rounds a result twice (its ``rounded_twice`` hook: Arm's maximum /
-        minimum of two grids), one code off is its contract's own rounding; where what follows can make that
-        code more than one output LSB (`impact`: a steep table, an argmax, a comparison), unproven there."""
-        rng = None
+        minimum of two grids, an int16 accumulator's 16-bit multiplier), one code off is its contract's own
+        rounding; where what follows can make that code more than one output LSB (`impact`: a steep table, an
+        argmax, a comparison, a product), unproven there — weighed on the whole program (`build`)."""
         for t in self._members:
             find = t.hook("rounded_twice")
             for r in find(self.gm, self.consts, self.form == "folded") if find is not None else ():
-                rng = rng if rng is not None else ranges.value_ranges(self.dg)
-                if (reach := impact.amplified(self.dg, r.value, rng)) is not None:
-                    why = f"{r.detail}; {impact.one_code_text(reach)}"
-                    self.dg.oblige_unbounded(r.node, "its rounding", "rounded-twice", why, (t.name,))
+                self.dg.one_code.append(OneCode(r.node, r.value, "rounded-twice", r.detail, (t.name,)))
 
     def _oblige_skipped_requants(self) -> None:
         """Where a member target's backend computes a consumer on its producer's unrounded result

@@ -152,7 +152,8 @@ class ControlFlowReading:
                 elif operand is not None and (v := self.dg.get(operand.name)) is not None:
                     if v.definition.kind is DefKind.FACT:  # (not rescaled: the operand's codes as they are)
                         known[p.name] = v.definition
-            dg = type(self)(sub, None, "folded", self.target, self._carry, self.reference, inputs=known).build()
+            read = type(self)(sub, None, "folded", self.target, self._carry, self.reference, inputs=known, inner=True)
+            dg = read.build()
             self.dg.absorb(dg, f"{node.name}/{attr}")
             if loop and attr != body:
                 continue  # (the loop's condition returns a bool)
@@ -288,7 +289,8 @@ class ControlFlowReading:
                 if not isinstance(o, fx.Node) or not self.consts.is_constant(o):
                     return False
                 constants[p.name] = Definition(DefKind.FREE, reason="constant")
-            dg = type(self)(sub, None, "qdq", self.target, self._carry, self.reference, inputs=constants).build()
+            read = type(self)(sub, None, "qdq", self.target, self._carry, self.reference, inputs=constants, inner=True)
+            dg = read.build()
             outs = sub.graph.output_node().args[0]
             outs = outs if isinstance(outs, (tuple, list)) else [outs]
             if not all(isinstance(o, fx.Node) and _holds_reals(dg, o.name) for o in outs):

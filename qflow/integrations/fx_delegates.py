@@ -28,7 +28,7 @@ class DelegateReading:
         part = lowered.original_module
         # read by its own backend's contract: the delegate names its target
         own = targets.for_backend(str(getattr(lowered, "backend_id", ""))) or self.target
-        sub = type(self)(part.graph_module, part, "qdq", own).build()
+        sub = type(self)(part.graph_module, part, "qdq", own, inner=True).build()
         prefix = str(node.args[0].name)  # type: ignore[union-attr]
         self.dg.absorb(sub, prefix)
         self._value(node, OpClass.DELEGATE, Definition(DefKind.FREE, reason="delegate call (a tuple)"))
