@@ -321,6 +321,9 @@ def output_error(
             own = _grid(v.own_domain) if v.op_class not in (OpClass.DEQUANTIZE, OpClass.PASSTHROUGH) else None
             if v.op_class is OpClass.QUANTIZE and own is None:  # (a per-channel or run-time grid)
                 pre[name], grid[name], err[name] = math.inf, None, math.inf
+            elif carried is not None:  # (a delegate's output: the codes its partition returns, copied)
+                inner = next(p for p, data in g._pred[name].items() if RETURNED in data["args"])
+                pre[name], grid[name], err[name] = pre.get(inner, e), grid.get(inner), e
             elif own is not None and v.definition.kind is DefKind.FACT and v.op_class is not OpClass.ACTIVATION:
                 # rounds once more: one step, clamped to its range, where both sides can be
                 at = first if v.op_class is OpClass.QUANTIZE else name

@@ -159,16 +159,18 @@ def test_a_softmax_never_reaches_where_its_int16_tables_are_off() -> None:
     the program reaches both are under 2.5 LSB (codes at most 2 off), no error — as the TOSA reference
     model measures (within 2 output LSB of the fake-quantized model, inputs three times wider than
     calibration). Not proved either: the row's sum adds up sixteen exps' errors and the reciprocal is steep
-    (37.6 output LSB at worst), and the reciprocal's 1.47 LSB are 3 of the finer output grid."""
+    (36.6 output LSB at worst); the reciprocal's own 1.47 LSB stay under the band at the output."""
     torch.manual_seed(0)
     model, inputs = Softmax().eval(), (torch.randn(1, 4, 16),)
     converted = arm.quantize(model, inputs, spec=INT16, config=get_symmetric_a16w8_quantization_config())
     exported = torch.export.export(converted, inputs)
     lowered = arm.lower(exported, inputs, spec=INT16)
     report = qflow.analyze(lowered, target="arm-tosa", reference=exported)
-    tables = [f for f in report.findings if f.kind == "table-interpolation"]
-    assert len(tables) == 2 and all("under 2.5 LSB there, but what follows moves" in f.message for f in tables)
-    assert all(f.severity == "warning" for f in tables), str(report)
+    tables = {f.message.split(" recomputed")[0].rsplit(" ", 1)[-1]: f for f in report.findings
+              if f.kind == "table-interpolation"}  # fmt: skip
+    exp, reciprocal = tables["aten_exp_default"], tables["aten_reciprocal_default"]
+    assert len(tables) == 2 and "under 2.5 LSB there, but what follows moves" in exp.message, str(report)
+    assert exp.severity == "warning" and reciprocal.severity == "info", str(report)
     assert not report.errors and report.status == "unproven"  # (int16 exp / reciprocal: unvalidated lowerings)
     scale = _output_scale(converted)
     for seed in range(4):
