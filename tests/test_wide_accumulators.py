@@ -27,16 +27,23 @@ from qflow.targets.arm.tosa_artifact import analyze_artifact
 CAMPAIGN = Path(__file__).resolve().parent.parent / "benchmarks" / "soundness"
 
 
-def test_a_code_an_int16_linear_rescale_moves_is_followed_to_the_outputs() -> None:
+def _campaign_case(case_id: str) -> tuple[Any, ...]:
+    """Soundness campaign case `case_id` rebuilt from its seeds: (the campaign's `case` module, its index, variant,
+    converted model, test inputs, exported program, lowered program)."""
     sys.path.insert(0, str(CAMPAIGN))
     import case
     from gen import generate
 
-    index, full = case.parse_id("00057-tx-arm-a16w8")
+    index, full = case.parse_id(case_id)
     variant = case.base_variant(full)
     converted, samples, tests = case.quantized(variant, generate(index, case.menu_of(full)), index, {})
     exported = torch.export.export(converted, samples[0], strict=True)
     edge, _ = case.lower(variant, copy.deepcopy(exported), tests[0])
+    return case, index, variant, converted, tests, exported, edge
+
+
+def test_a_code_an_int16_linear_rescale_moves_is_followed_to_the_outputs() -> None:
+    case, index, variant, converted, tests, exported, edge = _campaign_case("00057-tx-arm-a16w8")
     for report in (qflow.analyze(exported, target="arm-tosa"), qflow.analyze(edge, target="arm-tosa")):
         assert report.status == "unproven" and not report.errors, str(report)
         nodes = {f.node.rsplit("/", 1)[-1] for f in report.findings if f.kind == "rounded-twice"}
@@ -64,15 +71,7 @@ def test_a_code_carried_out_of_its_partition_is_weighed_by_the_program_around_it
     """Case 01015-tx-arm-a16w8: the int16 linear's codes leave their partition times a constant, and the host's
     rms_norm (decomposed: pow, mean, rsqrt, mul) between the partitions amplifies them. The lowered program was
     proved (each partition's one code weighed in that partition alone); the input a search found is 23 LSB off."""
-    sys.path.insert(0, str(CAMPAIGN))
-    import case
-    from gen import generate
-
-    index, full = case.parse_id("01015-tx-arm-a16w8")
-    variant = case.base_variant(full)
-    converted, samples, tests = case.quantized(variant, generate(index, case.menu_of(full)), index, {})
-    exported = torch.export.export(converted, samples[0], strict=True)
-    edge, _ = case.lower(variant, copy.deepcopy(exported), tests[0])
+    case, _, variant, converted, tests, _, edge = _campaign_case("01015-tx-arm-a16w8")
     report = qflow.analyze(edge, target="arm-tosa")
     assert report.status == "unproven" and not report.errors, str(report)
     assert "lowered_module_0/aten_linear_default" in {f.node for f in report.findings if f.kind == "rounded-twice"}
