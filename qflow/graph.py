@@ -176,6 +176,8 @@ class OneCode:
     kind: str
     detail: str
     targets: tuple[str, ...]
+    #: What an info finding says where nothing makes that code more (None: nothing worth saying).
+    otherwise: str | None = None
 
 
 @dataclass

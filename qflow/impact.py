@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from qflow.bounds import TOLERANCE_LSB
 from qflow.domain import Domain
-from qflow.graph import RETURNED, DefKind, DomainGraph, Value
+from qflow.graph import RETURNED, DefKind, DomainGraph, Obligation, ObligationKind, OneCode, Value
 from qflow.ops import MULTI_INPUT_IDENTITY, SELECT_INPUTS, OpClass, base_name
 from qflow.ranges import (
     COMPARISONS,
@@ -360,12 +360,20 @@ def amplified(dg: DomainGraph, value: str, rng: Mapping[str, Interval] | None = 
 
 
 def oblige_one_codes(dg: DomainGraph) -> None:
-    """Each value of `dg.one_code` whose one code what follows makes more than one output LSB is unproven at
-    its node (the finding says how far); then the list is done. Run on the whole program's graph."""
+    """A node of `dg.one_code` is unproven where what follows makes one of its values' one code more than one
+    output LSB (the finding says how far), else told about when it says what (`OneCode.otherwise`); then the
+    list is done. Run on the whole program's graph."""
     rng = value_ranges(dg) if dg.one_code else None
+    louder: dict[tuple[str, str], tuple[OneCode, Impact | None]] = {}
     for c in dg.one_code:
-        if c.node in dg.g and (reach := amplified(dg, c.value, rng)) is not None:
-            dg.oblige_unbounded(c.node, "its rounding", c.kind, f"{c.detail}; {one_code_text(reach)}", c.targets)
+        if c.node in dg.g and louder.get(key := (c.node, c.kind), (c, None))[1] is None:
+            louder[key] = (c, amplified(dg, c.value, rng))
+    for (node, kind), (c, reach) in louder.items():
+        if reach is not None:
+            dg.oblige_unbounded(node, "its rounding", kind, f"{c.detail}; {one_code_text(reach)}", c.targets)
+        elif c.otherwise is not None:
+            dg.oblige(Obligation(ObligationKind.STRUCTURAL, node, node, finding_kind=kind, holds=True, inform=True,
+                                 targets=c.targets, detail=f"{c.detail}, and {c.otherwise}."))  # fmt: skip
     dg.one_code.clear()
 
 

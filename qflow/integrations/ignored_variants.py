@@ -9,8 +9,8 @@ gap is a fixed real error at the op's output, and what it does depends on where 
 
 * nowhere (no output depends on the op), or only into quantizes whose step is at least twice the gap
   (they round it away like the backend's own rounding: one code at most, at a tie) and whose one code
-  what follows does not make more than one output LSB (`impact.amplified`; mask campaign `00060-mk-cm`:
-  a subtraction onto a 13x finer grid made it 3-5): proved;
+  what follows does not make more than one output LSB (`impact.amplified`, on the whole program when the op
+  is in a partition; mask campaign `00060-mk-cm`: a subtraction onto a 13x finer grid made it 3-5): proved;
 * anywhere else it is unproven, never proved, with the gap stated: into an output whose only
   rounding is float32's the backend computes another function (measured: campaign cases 00106 /
   00116, 6-72x the torchao campaign's band), but whether that is wrong is the user's float
@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from torch import fx
 
-from qflow import impact
-from qflow.graph import DomainGraph, Obligation, ObligationKind
+from qflow.graph import DomainGraph, Obligation, ObligationKind, OneCode
 from qflow.ir.fx_nodes import Consts, qdq_domain, target_name
 from qflow.ops import OpClass, base_name, classify
 from qflow.targets import Target
@@ -90,17 +89,20 @@ def oblige_honoured_variants(gm: fx.GraphModule, dg: DomainGraph, consts: Consts
             )
             reached, direct = _reach(node, outputs)
             steps = [_step(u, consts) for u in node.users]
-            rounded = reached and all(s is not None and v.max_error <= s / 2 for s in steps)
-            louder = [r for u in node.users if (r := impact.amplified(dg, u.name)) is not None] if rounded else []
-            if louder:  # (one code at most, which what follows makes many)
-                why = f"{what}; one code at most, but {impact.one_code_text(louder[0])}"
-                dg.oblige_unbounded(node.name, "its own result", KIND, why, (t.name,))
+            if reached and all(s is not None and v.max_error <= s / 2 for s in steps):
+                # one code at most, which what follows can make many: weighed on the whole program (`build`)
+                rounded = f"{what}; every quantize after it rounds that to one code at most"
+                dg.one_code += [
+                    OneCode(
+                        node.name, u.name, KIND, rounded, (t.name,), "nothing after makes that more than one output LSB"
+                    )
+                    for u in node.users
+                ]
                 continue
-            if not reached or rounded:
-                where = "no output depends on it" if not reached else "every quantize after it rounds that away"
+            if not reached:
                 dg.oblige(
                     Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind=KIND, holds=True,
-                               inform=True, targets=(t.name,), detail=f"{what}, and {where}.")
+                               inform=True, targets=(t.name,), detail=f"{what}, and no output depends on it.")
                 )  # fmt: skip
                 continue
             unrounded = _unrounded(gm) if unrounded is None else unrounded

@@ -11,6 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from executorch.backends.xnnpack.partition.config import (
+    DeQuantizedPerTensorConfig,
+    GeluConfig,
+    QuantizedPerTensorConfig,
+)
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
 from executorch.exir import to_edge_transform_and_lower
@@ -101,10 +106,29 @@ def test_a_linear_after_the_rounded_gap_can_make_its_one_code_many() -> None:
     report = qflow.analyze(ep, target="xnnpack")
     assert report.status == "unproven" and not report.errors, str(report)
     [f] = report.findings
-    assert (f.kind, f.severity) == ("ignored-op-variant", "warning") and "one code at most, but" in f.message
+    assert (f.kind, f.severity) == ("ignored-op-variant", "warning")
+    assert "rounds that to one code at most; what follows moves output" in f.message
     got = xnnpack.run(xnnpack.to_executorch(xnnpack.lower(ep, x)), x)[0]
     out_scale = next(n.args[1] for n in reversed(list(converted.graph.nodes)) if "dequantize" in str(n.target))
     assert float((got - converted(*x)).abs().max()) <= out_scale * (1 + 1e-6)
+
+
+def test_a_partition_of_the_gelu_alone_is_weighed_with_the_host_after_it() -> None:
+    """The program above, lowered by a partitioner that delegates only the GELU and its quantizes: the host's
+    second linear amplifies the partition's one code. Read in the partition alone, the quantize looked like
+    an output and the lowered program was proved (until 2026-12-03); weighed on the whole program it is
+    unproven, as before partitioning."""
+    torch.manual_seed(0)
+    x = (torch.randn(4, 16),)
+    ep = torch.export.export(xnnpack.quantize(LinearGeluLinear().eval(), x), x)
+    only_gelu = XnnpackPartitioner(configs=[GeluConfig, QuantizedPerTensorConfig, DeQuantizedPerTensorConfig])
+    edge = to_edge_transform_and_lower(ep, partitioner=[only_gelu])
+    assert "aten.addmm.default" in xnnpack.delegation(edge).cpu_ops  # (both linears on the host)
+    report = qflow.analyze(edge, target="xnnpack")
+    assert report.status == "unproven" and not report.errors, str(report)
+    [f] = report.findings
+    assert (f.kind, f.severity) == ("ignored-op-variant", "warning") and f.node.endswith("/aten_gelu_default")
+    assert "what follows moves output" in f.message, str(report)
 
 
 def test_before_calibration_it_is_unproven() -> None:
