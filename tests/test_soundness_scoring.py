@@ -90,6 +90,18 @@ def test_a_measured_error_beyond_the_joint_output_bound_fails(tmp_path: Path, ou
     assert ("Output bounds (issue #27): on 1 flagged cases" in summary.render([r])) is True
 
 
+def test_a_miscompile_that_quantizes_nothing_is_not_a_proved_miss(tmp_path: Path) -> None:
+    """qflow says "nothing quantized" (not proved, no obligation unproven): stored as "unproven", it was
+    re-derived as proved from its obligations (fresh seed 04073-tx-xnn, a float XNNPACK program 602 LSB off)."""
+    r = rec("00243-arm-custom")
+    r["qflow"]["pre"] = {"verdict": "unproven", "obligations": {"proved": 4, "violated": 0, "unproven": 0}}
+    r["qflow"]["pre"]["findings"] = []
+    assert summary.verdict(r) == "unproven"
+    assert summary.verdict(proved(rec("00243-arm-custom"))) == "proved"
+    _, fails = check(tmp_path, r)
+    assert not any(f.startswith("soundness miss (pre): 00243-arm-custom") and "proved" in f for f in fails), fails
+
+
 def test_repair_far_from_the_original_fails(tmp_path: Path) -> None:
     r = rec("00145-arm-pt")
     rr = r["repair"]

@@ -121,7 +121,8 @@ def _derive(q: dict[str, Any]) -> str:
         return "error"
     if "warning" in sev or ob.get("violated", 0):
         return "warning"
-    return "unproven" if ob.get("unproven", 0) else "proved"
+    # (a report that is not proved with nothing unproven quantizes nothing: `case.verdict` stored "unproven")
+    return "unproven" if ob.get("unproven", 0) or q.get("verdict") == "unproven" else "proved"
 
 
 def verdict(r: dict[str, Any], form: str = "pre") -> str:
