@@ -365,8 +365,9 @@ def oblige_one_codes(dg: DomainGraph) -> None:
     list is done. Run on the whole program's graph."""
     rng = value_ranges(dg) if dg.one_code else None
     louder: dict[tuple[str, str], tuple[OneCode, Impact | None]] = {}
-    for c in dg.one_code:
-        if c.node in dg.g and louder.get(key := (c.node, c.kind), (c, None))[1] is None:
+    for c in dg.one_code:  # (a node's first value that what follows amplifies decides; the rest need no weighing)
+        key = (c.node, c.kind)
+        if c.node in dg.g and (key not in louder or louder[key][1] is None):
             louder[key] = (c, amplified(dg, c.value, rng))
     for (node, kind), (c, reach) in louder.items():
         if reach is not None:

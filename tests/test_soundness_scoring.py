@@ -94,8 +94,8 @@ def test_a_miscompile_that_quantizes_nothing_is_not_a_proved_miss(tmp_path: Path
     """qflow says "nothing quantized" (not proved, no obligation unproven): stored as "unproven", it was
     re-derived as proved from its obligations (fresh seed 04073-tx-xnn, a float XNNPACK program 602 LSB off)."""
     r = rec("00243-arm-custom")
-    r["qflow"]["pre"] = {"verdict": "unproven", "obligations": {"proved": 4, "violated": 0, "unproven": 0}}
-    r["qflow"]["pre"]["findings"] = []
+    ob = {"proved": 4, "violated": 0, "unproven": 0}
+    r["qflow"]["pre"] = {"verdict": "unproven", "obligations": ob, "findings": []}
     assert summary.verdict(r) == "unproven"
     assert summary.verdict(proved(rec("00243-arm-custom"))) == "proved"
     _, fails = check(tmp_path, r)
