@@ -517,6 +517,41 @@ def test_an_unfused_activation_after_a_kernel_clamps_codes_to_its_real_bounds() 
     assert {f.node for f in report.findings if f.kind == "real-constant-on-codes"} == {"hardtanh"}, str(report)
 
 
+class HardtanhLinear(nn.Module):
+    """A hardtanh on the input's codes: ActivationFusionPass has no producer to fuse it into, and the passes
+    make it a clamp of codes to its bounds' codes, [-25, 39] — no relu's, so only the program it came from says
+    which activation it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(nn.functional.hardtanh(x, 0.2, 3.0))
+
+
+@torch.no_grad()
+def test_a_clamp_on_codes_is_checked_against_the_activation_it_was_made_of() -> None:
+    torch.manual_seed(0)
+    samples = [(torch.randn(4, 8) * 2,) for _ in range(3)]
+    converted = cortex_m.quantize(HardtanhLinear().eval(), samples)
+    given, program = cortex_m.lower(converted, samples[0])
+    [clamp] = [n for n in program.graph.nodes if target_name(n).startswith("aten.clamp")]
+    assert clamp.args[1:] == (-25, 39)
+    assert all(torch.equal(cortex_m.run(program, x)[0], converted(*x)) for x in samples)  # (measured: exact)
+    alone = qflow.analyze(program, target="cortex-m")
+    assert ("reference-needed", clamp.name) in [(f.kind, f.node) for f in alone.findings], str(alone)
+    assert qflow.analyze(program, target="cortex-m", reference=given).proved
+    broken = copy.deepcopy(program)
+    [node] = [n for n in broken.graph.nodes if n.name == clamp.name]
+    node.args = (node.args[0], -24, 39)  # (the hardtanh's 0.2 is code -25.4, rounded to -25)
+    broken.graph_module.recompile()
+    assert any(not torch.equal(cortex_m.run(broken, x)[0], converted(*x)) for x in samples)
+    report = qflow.analyze(broken, target="cortex-m", reference=given)
+    assert [(f.kind, f.node) for f in report.errors] == [("kernel-argument-mismatch", clamp.name)], str(report)
+    assert "hardtanh's bounds [0.2, 3.0] are codes [-25, 39]" in report.errors[0].message
+
+
 class PooledLinearRelu(nn.Module):
     """A relu after an avg_pool2d of a linear (campaign case 00628-cm): the pool keeps the linear's
     int32 codes when the activation passes run, so the relu stays on them with its real bound."""

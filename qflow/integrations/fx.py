@@ -482,7 +482,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
             and base_name(target_name(node)) == "quantize_per_tensor"
             and base_name(target_name(x)) in activations.BOUNDED  # (else `check` returns at once)
         ):
-            activations.check(x, d, self.dg, node.name, self.target)
+            activations.check(x, d, self.dg, node.name, self.target, self._one_code_clamp(x))
             xv = self.dg.get(x.name)  # (check may have changed it)
         if xv is None or xv.claim is not None or xv.definition.domain_free:
             return
@@ -597,6 +597,14 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         breaking = set(self._breaking(act, OpRule.CODE_COPY)) or {t.name for t in self._members}
         hooks = [t.hook("activation_codes") for t in self._members if t.name in breaking]
         found = {h(self.reference, act, d) if h is not None else None for h in hooks}
+        return found.pop() if len(found) == 1 else None
+
+    def _one_code_clamp(self, act: fx.Node) -> int | None:
+        """The one code the clamp the lowering makes of activation `act` outputs whatever it reads, when every
+        member target that leaves its producer without a domain measured the same (its ``one_code_clamp`` hook:
+        Cortex-M's, by running its passes), or None."""
+        hooks = [t.hook("one_code_clamp") for t in self._members if t.unfused_producer is not None]
+        found = {h(self.reference, act) if h is not None else None for h in hooks}
         return found.pop() if len(found) == 1 else None
 
     def _input_domain(self, node: fx.Node) -> Domain | None:

@@ -148,8 +148,9 @@ def note_inferred(dg: DomainGraph, producer: fx.Node, activation: fx.Node, d: Do
     )
 
 
-def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str, target: Target) -> None:
-    """Add the fuseability obligation for activation `node` feeding a quantize in `q`."""
+def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str, target: Target, kept: int | None = None) -> None:
+    """Add the fuseability obligation for activation `node` feeding a quantize in `q`. `kept`: the one code
+    the clamp the lowering makes of `node` outputs whatever it reads, where the target measured one."""
     from qflow import targets as registry
 
     b = bounds(node)
@@ -185,9 +186,17 @@ def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str, target: Target
     else:  # no quantize between producer and activation: the producer has no domain of its own
         detail = (
             f"{numbers}, so it is not fuseable and stays an explicit clamp, leaving {prod.name} without an "
-            f"output domain of its own: {left_without_domain(prod, node.name, target)}."
+            f"output domain of its own: {left_without_domain(prod, node.name, target)}"
         )
-        miscomputes = any(t.unfused_producer is not None for t in members)
+        one = q.qmax if clo >= q.qmax else q.qmin if chi <= q.qmin else None
+        miscomputes = any(t.unfused_producer is not None for t in members) and (one is None or kept != one)
+        if one is not None and kept == one:  # (measured: campaign case 00047-cm-custom, exact)
+            detail += (
+                f", but not here: the clamp the lowering makes of {node.name} outputs code {one} whatever it reads, "
+                f"as the program's {node.name} outputs {one} for every input, so no output sees what {prod.name} "
+                "computes"
+            )
+        detail += "."
     dg.oblige(
         Obligation(
             kind=ObligationKind.STRUCTURAL,
@@ -198,7 +207,7 @@ def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str, target: Target
             edge=(node.name, q_name),
             holds=not miscomputes,
             inform=not miscomputes,
-            severity=None if miscomputes else "warning",
+            severity=None if miscomputes else "info" if kept is not None else "warning",
             detail=detail,
             fix_domain=fuseable_domain(name, q, lo, hi),
             targets=tuple(narrowing) if target.members else (),

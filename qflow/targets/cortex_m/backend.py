@@ -46,6 +46,12 @@ def activation_codes(reference: Any, node: Any, domain: Any) -> tuple[int, int] 
     return reference.clamp_codes(node.name) if isinstance(reference, PassRun) else None
 
 
+def one_code_clamp(reference: Any, node: Any) -> int | None:
+    """Before the passes: the one code the clamp the passes make of activation `node` outputs whatever it
+    reads (measured by running them: `PassRun.one_code`), or None."""
+    return reference.one_code(node.name) if isinstance(reference, PassRun) else None
+
+
 def passes_of(ep: Any) -> PassRun:
     """Before the passes: what `CortexMPassManager` does with `ep`, measured (when first asked) by
     running it on a copy."""

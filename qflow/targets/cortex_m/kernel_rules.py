@@ -150,6 +150,28 @@ def code_bounds(node: fx.Node, op: str) -> tuple[int, int] | None:
     return (max(lo, int(qout.qmin)), min(hi, int(qout.qmax))) if lo <= hi else None
 
 
+def one_code(node: fx.Node) -> int | None:
+    """The one code a clamp with integer bounds outputs for every value of its input's integer dtype (a lower
+    bound at or above the dtype's top, an upper one at or below its bottom), or None. What it reads — codes
+    in any domain, or an aten op's result on codes — then cannot reach an output through it."""
+    if base_name(target_name(node)) not in ("clamp", "clamp_") or not node.args:
+        return None
+    x = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
+    dtype = getattr(x, "dtype", None)
+    if dtype is None or dtype.is_floating_point or dtype == torch.bool:
+        return None
+    given = [*node.args[1:3], None, None][:2]
+    lo, hi = (node.kwargs.get(k, g) for k, g in zip(("min", "max"), given, strict=True))
+    if not all(b is None or isinstance(b, int) for b in (lo, hi)):
+        return None
+    info = torch.iinfo(dtype)
+    if lo is not None and lo >= info.max and (hi is None or hi >= lo):
+        return min(lo, info.max) if hi is None else min(hi, info.max)
+    if hi is not None and hi <= info.min and (lo is None or lo <= hi):
+        return max(hi, info.min) if lo is None else max(lo, info.min)
+    return None
+
+
 def _relu_bounds(lo: Any, hi: Any, d: Domain) -> tuple[float | None, float | None] | None:
     """The real bounds of clamp codes [lo, hi] of `d` that are a relu's (none, or real 0; no upper), else None."""
     if lo not in (None, d.qmin, d.zero_point) or hi not in (None, d.qmax):
@@ -771,7 +793,10 @@ def _copy(k: Kernel) -> None:
 
 
 def clamp_on_codes(k: Kernel) -> None:
-    """A relu / relu6 folded onto codes: its bounds are codes of the declared domain."""
+    """A relu / relu6 folded onto codes, or an activation the program it came from names: its bounds are
+    codes of the declared domain."""
+    if (kept := one_code(k.node)) is not None and k.out is not None and k.ins.get(0) is None:
+        return _one_code(k, kept, k.out)  # (what it reads has no domain: an aten op left on codes)
     d = k.reads(0, 0)
     k.value()
     lo, hi = k.arg(1), k.arg(2)
@@ -781,9 +806,15 @@ def clamp_on_codes(k: Kernel) -> None:
         return k.check("domain", False, f"a clamp copies codes, but declares {d} in and {k.out} out")
     ok_lo = lo is None or lo in (d.qmin, d.zero_point)  # (none, or relu: real 0)
     ok_hi = hi is None or hi == d.qmax
-    if not (ok_lo and ok_hi):
+    made_of, got = _made_of(k), code_bounds(k.node, "clamp")
+    if not (ok_lo and ok_hi) and (made_of is None or got is None):
         k.unproven(f"clamp bounds [{lo}, {hi}] are not a relu's in {d}: an activation the program after the "
                    "passes does not record")  # fmt: skip
+    elif not (ok_lo and ok_hi) and made_of is not None and got is not None:  # (the program it came from says)
+        origin, (rlo, rhi) = made_of
+        want = (d.qmin if rlo is None else code_of(d, rlo), d.qmax if rhi is None else code_of(d, rhi))
+        k.check("bounds", got == want, f"clamps codes to {list(got)}; {origin}'s bounds [{rlo}, {rhi}] are codes "
+                f"{list(want)} in {d}")  # fmt: skip
     if isinstance(lo, float) or isinstance(hi, float):  # (bounds in real units, left on codes as written:
         #   what the program computes is its reals clamped there; what the backend does, an obligation says)
         real = (-math.inf if lo is None else float(lo), math.inf if hi is None else float(hi))
@@ -794,19 +825,47 @@ def clamp_on_codes(k: Kernel) -> None:
         k.dg.add_value(replace(k.dg.value(k.name), op_class=OpClass.ACTIVATION, clamp=real))
 
 
+def _one_code(k: Kernel, kept: int, out: Domain) -> None:
+    """A clamp that outputs code `kept` whatever its input holds: a constant in its declared domain, which
+    reads nothing (measured: campaign case 00047-cm-custom, an add left on codes behind such a clamp, exact
+    on the reference kernels). That the program's activation outputs that code too, the program the passes
+    were given says (`reference=`)."""
+    k.value()
+    k.dg.add_value(replace(k.dg.value(k.name), values=((kept - out.zero_point) * out.scale,) * 2))  # type: ignore[operator]
+    made_of = _made_of(k)
+    if made_of is None:
+        return k.unproven(f"it outputs code {kept} of {out} whatever it reads; that its activation does too, only "
+                          "the program it came from states")  # fmt: skip
+    origin, (lo, hi) = made_of
+    top, bottom = lo is not None and code_of(out, lo) >= out.qmax, hi is not None and code_of(out, hi) <= out.qmin
+    one = out.qmax if top else out.qmin if bottom else None
+    gives = f"code {one}" if one is not None else "more than one code"
+    k.check("bounds", one == kept, f"it outputs code {kept} whatever it reads; {origin}'s bounds [{lo}, {hi}] "
+            f"give {gives} of {out} for every input")  # fmt: skip
+
+
+def _made_of(k: Kernel) -> tuple[str, tuple[float | None, float | None]] | None:
+    """(its name, its real bounds as written) of the one activation the program the passes were given made
+    this clamp of (`reference=`), or None."""
+    known = k.reference.activations if isinstance(k.reference, Reference) else ()
+    made_of = [(names, bounds) for names, bounds in known if names & node_names(k.node)]
+    if len({bounds for _, bounds in made_of}) != 1:
+        return None
+    return min(made_of[0][0], key=len), made_of[0][1]  # (the name it was exported with)
+
+
 def _clamp_across(k: Kernel, d: Domain, out: Domain) -> None:
     """A clamp on codes of `d` whose result the program reads in `out`: the passes dropped the requant
     across the activation it was made of, and quantized its bounds into `out`. Its codes are the input's,
     bounded by those codes: a dropped requant (`requant-across-activation`) whose result lies in them, as
     before the passes. That the bounds are the activation's, the program it came from says."""
-    known = k.reference.activations if isinstance(k.reference, Reference) else ()
-    made_of = [(names, bounds) for names, bounds in known if names & node_names(k.node)]
+    made_of = _made_of(k)
     src, got = k.arg(0), code_bounds(k.node, "clamp")
     if not isinstance(src, fx.Node) or src.name not in k.dg.g or got is None:
         return k.check("domain", False, f"a clamp copies codes, but declares {d} in and {out} out")
     relu = _relu_bounds(k.arg(1), k.arg(2), out)
-    if len({bounds for _, bounds in made_of}) == 1:
-        origin, (lo, hi) = min(made_of[0][0], key=len), made_of[0][1]  # (the name it was exported with)
+    if made_of is not None:
+        origin, (lo, hi) = made_of
     elif relu is not None:  # (as a clamp in one domain: a relu's bounds are known without the program)
         origin, (lo, hi) = "a relu", relu
     else:  # (weighed with its own bounds; that they are its activation's stays unproven)

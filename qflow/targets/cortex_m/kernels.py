@@ -41,6 +41,7 @@ from qflow.targets.cortex_m.kernel_rules import (
     in_out_shapes,
     node_names,
     node_value,
+    one_code,
     read_as,
 )
 
@@ -58,6 +59,7 @@ class PassRun:
         self._left: frozenset[str] | None = None
         self._pads: dict[str, list[tuple[tuple[int, ...], ...]]] = {}
         self._clamps: dict[str, tuple[int, int]] = {}
+        self._one_codes: dict[str, int] = {}
 
     def left_on_codes(self) -> frozenset[str] | None:
         """The activations (by their name before the passes) the passes left on codes with their
@@ -68,7 +70,7 @@ class PassRun:
                 before, after = self._lower()
             except Exception:  # noqa: BLE001 (the passes refusing the program: the prediction stands)
                 return None
-            self._left, self._pads, self._clamps = _read_run(before, after)
+            self._left, self._pads, self._clamps, self._one_codes = _read_run(before, after)
         return self._left
 
     def clamp_codes(self, name: str) -> tuple[int, int] | None:
@@ -76,30 +78,41 @@ class PassRun:
         of a folded domain), or None (no such clamp, or the passes refuse the program)."""
         return None if self.left_on_codes() is None else self._clamps.get(name)
 
+    def one_code(self, name: str) -> int | None:
+        """The one code the clamp the passes made of activation `name` outputs whatever it reads
+        (`kernel_rules.one_code`), or None."""
+        return None if self.left_on_codes() is None else self._one_codes.get(name)
+
     def pads(self, name: str) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | None:
         """(input shape, output shape) of each `cortex_m.pad` the passes made of node `name`; None
         when the passes refuse the program."""
         return None if self.left_on_codes() is None else self._pads.get(name, [])
 
 
-def _read_run(before: Any, after: Any) -> tuple[frozenset[str], dict[str, Any], dict[str, tuple[int, int]]]:
+def _read_run(
+    before: Any, after: Any
+) -> tuple[frozenset[str], dict[str, Any], dict[str, tuple[int, int]], dict[str, int]]:
     """(the activations left on codes, each pad's `cortex_m.pad` shapes, the code bounds of each clamp on
-    codes the passes made of an activation), by their names before the passes."""
+    codes the passes made of an activation, the one code of each that outputs one whatever it reads), by their
+    names before the passes."""
     names = {n.name for n in before.graph.nodes}
     left: set[str] = set()
     pads: dict[str, list[tuple[tuple[int, ...], ...]]] = {}
     clamps: dict[str, tuple[int, int]] = {}
+    one_codes: dict[str, int] = {}
     for n in after.graph.nodes:
         if n.op != "call_function" or (origin := _origin(n, names)) is None:
             continue
         op = base_name(target_name(n))
+        if (kept := one_code(n)) is not None:
+            one_codes[origin] = kept
         if op in _CLAMPS and _left_as_written(n, op) is not None:
             left.add(origin)
         elif op in _CLAMPS and (codes := code_bounds(n, op)) is not None:
             clamps[origin] = codes
         elif target_name(n).startswith("cortex_m.pad") and (shapes := in_out_shapes(n.args[0], n)) is not None:
             pads.setdefault(origin, []).append(shapes)
-    return frozenset(left), pads, clamps
+    return frozenset(left), pads, clamps, one_codes
 
 
 def _origin(node: fx.Node, names: set[str]) -> str | None:
@@ -198,21 +211,34 @@ def read_node(dg: DomainGraph, node: fx.Node, consts: Consts, reference: Referen
     if op in _COMPARISONS and _comparison(dg, node):
         return True
     if op in _NEEDS_KERNEL and node.meta.get("input_qparams"):
-        _left_on_codes(dg, node, op)  # (an obligation; the node is read as usual)
+        _left_on_codes(dg, node, op, _kept_by(node))  # (an obligation; the node is read as usual)
     return _float_op(dg, node)
 
 
-def _left_on_codes(dg: DomainGraph, node: fx.Node, op: str) -> None:
+def _left_on_codes(dg: DomainGraph, node: fx.Node, op: str, kept: str | None) -> None:
     """A folded op the passes did not make a kernel: AtenToCortexMPass skips one without its own
     output_qparams (an activation annotated with it that ActivationFusionPass declined), and the
     portable kernel then computes it on the codes as if they were reals (measured: sub → relu into a
-    shared domain, 102 output LSB; a linear's int32 codes are refused when it runs)."""
+    shared domain, 102 output LSB; a linear's int32 codes are refused when it runs). Unless its only
+    readers are clamps that keep one code of anything they read (`kept`: what they output)."""
+    detail = (f"{node.name} ({op}) has its inputs' dequantizes folded into it (input_qparams) but is no cortex_m "
+              "kernel: the portable kernel computes it on the codes as if they were real numbers")  # fmt: skip
+    if kept is not None:
+        detail += f"; no output sees it: {kept}"
     dg.oblige(
-        Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind="domain-mismatch", holds=False,
-                   arg=op, detail=(f"{node.name} ({op}) has its inputs' dequantizes folded into it (input_qparams) "
-                                   "but is no cortex_m kernel: the portable kernel computes it on the codes as if "
-                                   "they were real numbers."))
+        Obligation(ObligationKind.STRUCTURAL, node.name, node.name, finding_kind="domain-mismatch",
+                   holds=kept is not None, inform=kept is not None, arg=op, detail=f"{detail}.")
     )  # fmt: skip
+
+
+def _kept_by(node: fx.Node) -> str | None:
+    """When every reader of `node` is a clamp that outputs one code whatever it reads: which, else None."""
+    users = list(node.users)
+    codes = [one_code(u) for u in users]
+    if not users or None in codes:
+        return None
+    clamps = ", ".join(f"{u.name} outputs code {c}" for u, c in zip(users, codes, strict=True))
+    return f"{clamps} of every value it can read"
 
 
 def _float_op(dg: DomainGraph, node: fx.Node) -> bool:
