@@ -172,6 +172,13 @@ def one_code(node: fx.Node) -> int | None:
     return None
 
 
+def constant_clamp(node: fx.Node) -> int | None:
+    """`one_code` of a clamp the passes declare an output domain for and no input domain: what it reads is
+    an aten op's result on codes (read as a constant: `clamp_on_codes`)."""
+    declared = 0 in (node.meta.get("output_qparams") or {}) and 0 not in (node.meta.get("input_qparams") or {})
+    return one_code(node) if declared else None
+
+
 def _relu_bounds(lo: Any, hi: Any, d: Domain) -> tuple[float | None, float | None] | None:
     """The real bounds of clamp codes [lo, hi] of `d` that are a relu's (none, or real 0; no upper), else None."""
     if lo not in (None, d.qmin, d.zero_point) or hi not in (None, d.qmax):
@@ -795,7 +802,7 @@ def _copy(k: Kernel) -> None:
 def clamp_on_codes(k: Kernel) -> None:
     """A relu / relu6 folded onto codes, or an activation the program it came from names: its bounds are
     codes of the declared domain."""
-    if (kept := one_code(k.node)) is not None and k.out is not None and k.ins.get(0) is None:
+    if (kept := constant_clamp(k.node)) is not None and k.out is not None:
         return _one_code(k, kept, k.out)  # (what it reads has no domain: an aten op left on codes)
     d = k.reads(0, 0)
     k.value()

@@ -35,6 +35,7 @@ from qflow.targets.cortex_m.kernel_rules import (
     clamp_on_codes,
     code_bounds,
     code_of,
+    constant_clamp,
     declared_domain,
     hardswish_clamp,
     hardswish_clamp_of,
@@ -234,7 +235,7 @@ def _left_on_codes(dg: DomainGraph, node: fx.Node, op: str, kept: str | None) ->
 def _kept_by(node: fx.Node) -> str | None:
     """When every reader of `node` is a clamp that outputs one code whatever it reads: which, else None."""
     users = list(node.users)
-    codes = [one_code(u) for u in users]
+    codes = [constant_clamp(u) if base_name(target_name(u)) == "clamp" else None for u in users]
     if not users or None in codes:
         return None
     clamps = ", ".join(f"{u.name} outputs code {c}" for u, c in zip(users, codes, strict=True))
