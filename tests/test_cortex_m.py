@@ -530,26 +530,39 @@ class HardtanhLinear(nn.Module):
         return self.fc(nn.functional.hardtanh(x, 0.2, 3.0))
 
 
+class ClampTensor(nn.Module):
+    """The Cortex-M suite's standalone `clamp.Tensor` (ops/test_activation.py): its bounds are quantized
+    `full_like` constants; the clamp the passes make keeps codes [-39, -1]."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten.clamp.Tensor(x, torch.full_like(x, -1.0), torch.full_like(x, 1.0))
+
+
 @torch.no_grad()
-def test_a_clamp_on_codes_is_checked_against_the_activation_it_was_made_of() -> None:
+@pytest.mark.parametrize(
+    ("model", "shape", "codes", "moved"),
+    [(HardtanhLinear, (4, 8), (-25, 39), (-24, 39)), (ClampTensor, (2, 3, 4, 5), (-39, -1), (-38, -1))],
+)
+def test_a_clamp_on_codes_is_checked_against_the_activation_it_was_made_of(model, shape, codes, moved) -> None:
     torch.manual_seed(0)
-    samples = [(torch.randn(4, 8) * 2,) for _ in range(3)]
-    converted = cortex_m.quantize(HardtanhLinear().eval(), samples)
+    samples = [(torch.randn(*shape) * 2,) for _ in range(3)]
+    converted = cortex_m.quantize(model().eval(), samples)
     given, program = cortex_m.lower(converted, samples[0])
     [clamp] = [n for n in program.graph.nodes if target_name(n).startswith("aten.clamp")]
-    assert clamp.args[1:] == (-25, 39)
-    assert all(torch.equal(cortex_m.run(program, x)[0], converted(*x)) for x in samples)  # (measured: exact)
+    assert clamp.args[1:] == codes
+    run = [(cortex_m.run(program, x)[0], converted(*cortex_m.channels_last(x))) for x in samples]
+    assert all(torch.equal(got, want) for got, want in run)  # (measured: exact)
     alone = qflow.analyze(program, target="cortex-m")
     assert ("reference-needed", clamp.name) in [(f.kind, f.node) for f in alone.findings], str(alone)
     assert qflow.analyze(program, target="cortex-m", reference=given).proved
     broken = copy.deepcopy(program)
     [node] = [n for n in broken.graph.nodes if n.name == clamp.name]
-    node.args = (node.args[0], -24, 39)  # (the hardtanh's 0.2 is code -25.4, rounded to -25)
+    node.args = (node.args[0], *moved)  # (a bound one code off)
     broken.graph_module.recompile()
-    assert any(not torch.equal(cortex_m.run(broken, x)[0], converted(*x)) for x in samples)
+    assert any(not torch.equal(cortex_m.run(broken, x)[0], converted(*cortex_m.channels_last(x))) for x in samples)
     report = qflow.analyze(broken, target="cortex-m", reference=given)
     assert [(f.kind, f.node) for f in report.errors] == [("kernel-argument-mismatch", clamp.name)], str(report)
-    assert "hardtanh's bounds [0.2, 3.0] are codes [-25, 39]" in report.errors[0].message
+    assert f"are codes {list(codes)}" in report.errors[0].message
 
 
 class PooledLinearRelu(nn.Module):

@@ -288,10 +288,27 @@ def _real_bounds(node: fx.Node, op: str) -> tuple[float | None, float | None] | 
         args += [-1.0, 1.0][len(args) :]
     else:
         args += [node.kwargs.get("min"), node.kwargs.get("max")][len(args) :]
-    lo, hi = args[:2]
+    lo, hi = (_constant_bound(b) if isinstance(b, fx.Node) else b for b in args[:2])
     if not all(b is None or isinstance(b, (int, float)) for b in (lo, hi)):
         return None
     return (None if lo is None else float(lo)), (None if hi is None else float(hi))
+
+
+def _constant_bound(node: fx.Node) -> float | None:
+    """A `clamp.Tensor` bound that is a constant tensor (``full_like`` / ``full``, through the quantizes
+    and dequantizes the quantizer put on it): the real value the program clamps to, each rounding applied."""
+    chain = []
+    while classify(target_name(node)) in (OpClass.QUANTIZE, OpClass.DEQUANTIZE) and isinstance(node.args[0], fx.Node):
+        chain.append(node)
+        node = node.args[0]
+    fill = node.args[1] if base_name(target_name(node)) in ("full_like", "full") and len(node.args) > 1 else None
+    if not isinstance(fill, (int, float)):
+        return None
+    value = float(fill)
+    for q in reversed(chain):
+        if classify(target_name(q)) is OpClass.QUANTIZE and (d := declared_domain(q)) is not None:
+            value = (code_of(d, value) - int(d.zero_point)) * float(d.scale)  # type: ignore[arg-type]
+    return value
 
 
 def _marked(node: fx.Node) -> bool:
