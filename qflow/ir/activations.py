@@ -189,8 +189,9 @@ def check(node: fx.Node, q: Domain, dg: DomainGraph, q_name: str, target: Target
             f"output domain of its own: {left_without_domain(prod, node.name, target)}"
         )
         one = q.qmax if clo >= q.qmax else q.qmin if chi <= q.qmin else None
-        miscomputes = any(t.unfused_producer is not None for t in members) and (one is None or kept != one)
-        if one is not None and kept == one:  # (measured: campaign case 00047-cm-custom, exact)
+        masked = one is not None and kept == one  # (measured: campaign case 00047-cm-custom, exact)
+        miscomputes = any(t.unfused_producer is not None for t in members) and not masked
+        if masked:
             detail += (
                 f", but not here: the clamp the lowering makes of {node.name} outputs code {one} whatever it reads, "
                 f"as the program's {node.name} outputs {one} for every input, so no output sees what {prod.name} "

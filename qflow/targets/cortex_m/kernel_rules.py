@@ -142,12 +142,18 @@ def code_bounds(node: fx.Node, op: str) -> tuple[int, int] | None:
     qout = (node.meta.get("output_qparams") or {}).get(0)
     if not (node.meta.get("input_qparams") or {}) or qout is None or op not in ("clamp", "clamp_"):
         return None
-    given = [*node.args[1:3], None, None][:2]
-    given = [node.kwargs.get(k, g) for k, g in zip(("min", "max"), given, strict=True)]
-    if not all(g is None or isinstance(g, int) for g in given):
+    given = _int_bounds(node)
+    if given is None:
         return None
     lo, hi = (int(qout.qmin) if given[0] is None else given[0]), (int(qout.qmax) if given[1] is None else given[1])
     return (max(lo, int(qout.qmin)), min(hi, int(qout.qmax))) if lo <= hi else None
+
+
+def _int_bounds(node: fx.Node) -> tuple[int | None, int | None] | None:
+    """A clamp's (min, max) as written, when each is an integer or absent; else None."""
+    given = [*node.args[1:3], None, None][:2]
+    lo, hi = (node.kwargs.get(k, g) for k, g in zip(("min", "max"), given, strict=True))
+    return (lo, hi) if all(b is None or isinstance(b, int) for b in (lo, hi)) else None
 
 
 def one_code(node: fx.Node) -> int | None:
@@ -160,15 +166,13 @@ def one_code(node: fx.Node) -> int | None:
     dtype = getattr(x, "dtype", None)
     if dtype is None or dtype.is_floating_point or dtype == torch.bool:
         return None
-    given = [*node.args[1:3], None, None][:2]
-    lo, hi = (node.kwargs.get(k, g) for k, g in zip(("min", "max"), given, strict=True))
-    if not all(b is None or isinstance(b, int) for b in (lo, hi)):
+    if (given := _int_bounds(node)) is None:
         return None
-    info = torch.iinfo(dtype)
+    (lo, hi), info = given, torch.iinfo(dtype)
     if lo is not None and lo >= info.max and (hi is None or hi >= lo):
-        return min(lo, info.max) if hi is None else min(hi, info.max)
+        return info.max
     if hi is not None and hi <= info.min and (lo is None or lo <= hi):
-        return max(hi, info.min) if lo is None else max(lo, info.min)
+        return info.min
     return None
 
 
@@ -813,11 +817,11 @@ def clamp_on_codes(k: Kernel) -> None:
         return k.check("domain", False, f"a clamp copies codes, but declares {d} in and {k.out} out")
     ok_lo = lo is None or lo in (d.qmin, d.zero_point)  # (none, or relu: real 0)
     ok_hi = hi is None or hi == d.qmax
-    made_of, got = _made_of(k), code_bounds(k.node, "clamp")
+    made_of, got = (_made_of(k), code_bounds(k.node, "clamp")) if not (ok_lo and ok_hi) else (None, None)
     if not (ok_lo and ok_hi) and (made_of is None or got is None):
         k.unproven(f"clamp bounds [{lo}, {hi}] are not a relu's in {d}: an activation the program after the "
                    "passes does not record")  # fmt: skip
-    elif not (ok_lo and ok_hi) and made_of is not None and got is not None:  # (the program it came from says)
+    elif made_of is not None and got is not None:  # (the program it came from says which activation it is)
         origin, (rlo, rhi) = made_of
         want = (d.qmin if rlo is None else code_of(d, rlo), d.qmax if rhi is None else code_of(d, rhi))
         k.check("bounds", got == want, f"clamps codes to {list(got)}; {origin}'s bounds [{rlo}, {rhi}] are codes "
