@@ -198,6 +198,58 @@ def _op_error(
     return k * total if k is not None else math.inf
 
 
+#: The relative precision of the sums a target's add kernel forms on integers (TOSA's and CMSIS-NN's int16
+#: add shifts its operands by 15 bits before rescaling them onto one grid; int8 by 20), widened 8-fold;
+#: and float32's, for the program's own sum.
+_SUM_PRECISION = 2.0**-12
+_FLOAT_PRECISION = 2.0**-20
+
+
+def _absorbed(dg: DomainGraph, at: str, out: Domain | None, rng: _Ranges, err: Mapping[str, float]) -> bool:
+    """Is `at` a sum whose rounding onto `out` gives one code whatever its one erring operand holds? Its other
+    operand, right on both sides, holds codes of its grid; for each such code, the values the erring
+    operand holds on either side (their hull) may span no rounding boundary of `out`, with a margin for
+    how precisely the backend and the program form the sum. A score beside a mask added on a grid a
+    thousand times coarser (campaign case 05038-tx-arm-custom): whatever codes the score has, the sum
+    rounds to the mask's code."""
+    s = dg.value(at)
+    name = base_name(s.target)
+    if s.op_class is not OpClass.COMPUTE or name not in ("add", "sub") or s.gain not in (None, 1.0):
+        return False
+    by_label = {lab: p for p, data in dg.g._pred[at].items() for lab in data["args"]}
+    if set(by_label) != {"args[0]", "args[1]"} or out is None or (o := _grid(out)) is None:
+        return False
+    erring = [lab for lab, p in by_label.items() if err.get(p, 0.0) > 0]
+    if len(erring) != 1:
+        return False
+    a, b = by_label[erring[0]], by_label["args[1]" if erring[0] == "args[0]" else "args[0]"]
+    db = dg.value(b).own_domain
+    if dg.value(b).definition.kind is not DefKind.FACT or _grid(db) is None:
+        return False
+    assert db is not None and isinstance(db.scale, float) and isinstance(db.zero_point, int)
+    lo, hi = rng.hull(a, err[a])
+    if name == "sub" and erring[0] == "args[1]":
+        lo, hi = -hi, -lo
+    sign = -1.0 if name == "sub" and erring[0] == "args[0]" else 1.0
+    blo, bhi = rng.program[b]
+    first = max(db.qmin, math.ceil(blo / db.scale + db.zero_point - 1e-6))
+    last = min(db.qmax, math.floor(bhi / db.scale + db.zero_point + 1e-6))
+    if not all(map(math.isfinite, (lo, hi))) or last - first > 1 << 16:
+        return False
+    assert isinstance(out.zero_point, int)
+    qmin, qmax = out.qmin - out.zero_point, out.qmax - out.zero_point  # (codes less the zero point)
+    da = dg.value(a).own_domain
+    coarse = max(db.scale, da.scale if _grid(da) is not None else max(abs(lo), abs(hi)))  # type: ignore[union-attr]
+    for c in range(first, last + 1):
+        bc = sign * db.scale * (c - db.zero_point)
+        t_lo, t_hi = (bc + lo) / o[0], (bc + hi) / o[0]
+        margin = _SUM_PRECISION * coarse / o[0] + _FLOAT_PRECISION * max(abs(t_lo), abs(t_hi))
+        ends = [min(qmax, max(qmin, math.floor(t + 0.5))) for t in (t_lo - margin, t_hi + margin)]
+        if ends[0] != ends[1]:
+            return False
+    return True
+
+
 def _carried_in(dg: DomainGraph, name: str, err: Mapping[str, float]) -> float | None:
     """The error of what a delegate returns at `name` (a delegate output), when its call reads wrong
     codes only where the partition takes them in (`DomainGraph.fed`: one domain on both sides) —
@@ -329,6 +381,8 @@ def output_error(
                 at = first if v.op_class is OpClass.QUANTIZE else name
                 qlo, qhi = domain_range(v.own_domain) or (-math.inf, math.inf)
                 if ranges.pinned(at, e, qlo, qhi, own[0] / 2):  # both saturate at one end: the same code
+                    e = 0.0
+                elif _absorbed(dg, at, v.own_domain, ranges, err):  # (a coarse sum beside a grid)
                     e = 0.0
                 lo, hi = ranges.hull(at, e)
                 step = 0.0 if v.op_class is OpClass.QUANTIZE and _on_grid(own, [grid[p] for p in reached]) else own[0]

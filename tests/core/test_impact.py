@@ -458,3 +458,53 @@ def test_a_maximum_moves_by_its_worse_operand_not_by_both() -> None:
     both = impact.output_error(_extreme("maximum", OUT), {"qa": 0.05, "qb": 0.05})
     one = impact.output_error(_extreme("maximum", OUT), {"qb": 0.05})
     assert both.lsb == pytest.approx(one.lsb) and both.lsb > 1
+
+
+def _score_plus_mask(out_scale: float) -> DomainGraph:
+    """score → q(SCORE) → dq ─┐
+    mask  → q(MASK)  → dq ─→ add → q(out_scale) → dq (the output): attention scores beside a mask on a grid
+    a hundred times coarser (campaign case 05038-tx-arm-custom)."""
+    dg = DomainGraph(form="qdq")
+    q, dq = "quantized_decomposed.quantize_per_tensor.default", "quantized_decomposed.dequantize_per_tensor.default"
+    out = Domain.quantized("int8", out_scale, 127, -128, 127)
+    for name, target, cls, d, srcs in (
+        ("s", "placeholder", OpClass.UNKNOWN, None, ()),
+        ("m", "placeholder", OpClass.UNKNOWN, None, ()),
+        ("qs", q, OpClass.QUANTIZE, _SCORE, ("s",)),
+        ("dqs", dq, OpClass.DEQUANTIZE, _SCORE, ("qs",)),
+        ("qm", q, OpClass.QUANTIZE, _MASK, ("m",)),
+        ("dqm", dq, OpClass.DEQUANTIZE, _MASK, ("qm",)),
+        ("add", "aten.add.Tensor", OpClass.COMPUTE, None, ("dqs", "dqm")),
+        ("q", q, OpClass.QUANTIZE, out, ("add",)),
+        ("dq", dq, OpClass.DEQUANTIZE, out, ("q",)),
+    ):
+        dg.add_value(Value(name, target, cls, Definition(DefKind.FACT, d if d is not None else FLOAT)))
+        for i, src in enumerate(srcs):
+            dg.add_use(src, name, f"args[{i}]")
+    dg.outputs = ["dq"]
+    return dg
+
+
+_SCORE = Domain.quantized("int8", 1e-4, -128, -128, 127)  # [0, 0.0255]
+_MASK = Domain.quantized("int8", 1.0039, 127, -128, 127)  # [-256, 0]
+
+
+def _moved_codes(out_scale: float) -> int:
+    """The most the output code moves, over every mask code and every two score codes (plain Python)."""
+    out = Domain.quantized("int8", out_scale, 127, -128, 127)
+    scores = [_SCORE.scale * (c + 128) for c in (-128, 127)]  # (the code is monotone in the score)
+    moved = 0
+    for cm in range(-128, 128):
+        codes = [max(-128, min(127, round((s + _MASK.scale * (cm - 127)) / out.scale) + 127)) for s in scores]
+        moved = max(moved, codes[1] - codes[0])
+    return moved
+
+
+@pytest.mark.parametrize("out_scale, absorbed", [(1.0038, True), (1.0039 * 2 / 3, False)])
+def test_a_sum_beside_a_coarse_grid_rounds_to_one_code_whatever_its_erring_operand_holds(out_scale, absorbed):
+    # the score's codes wrong by anything in its range: on the mask's grid (scaled by 1.0038 / 1.0039) every
+    # sum lies within 0.05 of an output code, so both sides round to it; on a grid 2/3 of the mask's, a mask
+    # value sits on a rounding boundary, and the score moves the code
+    got = impact.output_error(_score_plus_mask(out_scale), {"qs": impact.width(_SCORE)})
+    assert (_moved_codes(out_scale) == 0) is absorbed
+    assert (got.lsb == 0.0) is absorbed
