@@ -198,11 +198,12 @@ def _op_error(
     return k * total if k is not None else math.inf
 
 
-#: The relative precision of the sums a target's add kernel forms on integers (TOSA's and CMSIS-NN's int16
-#: add shifts its operands by 15 bits before rescaling them onto one grid; int8 by 20), widened 8-fold;
-#: and float32's, for the program's own sum.
-_SUM_PRECISION = 2.0**-12
-_FLOAT_PRECISION = 2.0**-20
+#: How far from a rounding boundary a value must lie for a backend to round it as the program does: the
+#: operand precision of an integer add (TOSA's and CMSIS-NN's int16 add shift their operands by 15 bits
+#: before rescaling them onto one grid, int8 by 20), widened 8-fold, in the coarser operand's LSB; and,
+#: relative to the value, a RESCALE's coarsest multiplier (16 bits, for an int48 accumulator) and float32's.
+_OPERAND_PRECISION = 2.0**-12
+_RELATIVE_PRECISION = 2.0**-14
 
 
 def _absorbed(dg: DomainGraph, at: str, out: Domain | None, rng: _Ranges, err: Mapping[str, float]) -> bool:
@@ -236,18 +237,28 @@ def _absorbed(dg: DomainGraph, at: str, out: Domain | None, rng: _Ranges, err: M
     last = min(db.qmax, math.floor(bhi / db.scale + db.zero_point + 1e-6))
     if not all(map(math.isfinite, (lo, hi))) or last - first > 1 << 16:
         return False
-    assert isinstance(out.zero_point, int)
-    qmin, qmax = out.qmin - out.zero_point, out.qmax - out.zero_point  # (codes less the zero point)
     da = dg.value(a).own_domain
     coarse = max(db.scale, da.scale if _grid(da) is not None else max(abs(lo), abs(hi)))  # type: ignore[union-attr]
     for c in range(first, last + 1):
         bc = sign * db.scale * (c - db.zero_point)
-        t_lo, t_hi = (bc + lo) / o[0], (bc + hi) / o[0]
-        margin = _SUM_PRECISION * coarse / o[0] + _FLOAT_PRECISION * max(abs(t_lo), abs(t_hi))
-        ends = [min(qmax, max(qmin, math.floor(t + 0.5))) for t in (t_lo - margin, t_hi + margin)]
-        if ends[0] != ends[1]:
+        if not _one_code(bc + lo, bc + hi, out, _OPERAND_PRECISION * coarse / o[0]):
             return False
     return True
+
+
+def _one_code(lo: float, hi: float, out: Domain, margin: float = 0.0) -> bool:
+    """Do all reals in [lo, hi] quantize onto `out` (fixed, per tensor) to one code, `margin` (in its LSB)
+    and the backend's relative precision away from a rounding boundary? Then a wrong value anywhere in it
+    moves nothing (campaign case 02016-tx-arm-custom: a score x 0.25 onto a grid of 2.09, code 0 on both sides
+    whatever codes the score has)."""
+    assert isinstance(out.scale, float) and isinstance(out.zero_point, int)
+    t_lo, t_hi = lo / out.scale, hi / out.scale
+    if not (math.isfinite(t_lo) and math.isfinite(t_hi)):
+        return False
+    margin += _RELATIVE_PRECISION * max(abs(t_lo), abs(t_hi))
+    qmin, qmax = out.qmin - out.zero_point, out.qmax - out.zero_point  # (codes less the zero point)
+    ends = [min(qmax, max(qmin, math.floor(t + 0.5))) for t in (t_lo - margin, t_hi + margin)]
+    return ends[0] == ends[1]
 
 
 def _carried_in(dg: DomainGraph, name: str, err: Mapping[str, float]) -> float | None:
@@ -342,6 +353,7 @@ def output_error(
     the error of the codes the chain copies, at the value `inherits` names). `backend_ranges`: the backend's
     value ranges, where the caller computed them (else from `backend`, what each violation lands)."""
     program = rng if rng is not None else value_ranges(dg)
+    known = backend_ranges is not None or bool(backend)  # (else the backend's are taken as the program's)
     if backend_ranges is None:
         backend_ranges = value_ranges(dg, backend) if backend else program
     ranges = _Ranges(program, backend_ranges)
@@ -382,9 +394,11 @@ def output_error(
                 qlo, qhi = domain_range(v.own_domain) or (-math.inf, math.inf)
                 if ranges.pinned(at, e, qlo, qhi, own[0] / 2):  # both saturate at one end: the same code
                     e = 0.0
-                elif _absorbed(dg, at, v.own_domain, ranges, err):  # (a coarse sum beside a grid)
+                elif known and _absorbed(dg, at, v.own_domain, ranges, err):  # (a coarse sum beside a grid)
                     e = 0.0
                 lo, hi = ranges.hull(at, e)
+                if e and known and _one_code(lo, hi, v.own_domain, _OPERAND_PRECISION):  # type: ignore[arg-type]
+                    e = 0.0  # (both sides within one rounding cell: the same code)
                 step = 0.0 if v.op_class is OpClass.QUANTIZE and _on_grid(own, [grid[p] for p in reached]) else own[0]
                 pre[name], grid[name] = e, own
                 err[name] = min(e + step, own[1], min(qhi, hi) - max(qlo, lo) + step) if e else 0.0

@@ -49,6 +49,11 @@ def test_a_narrow_requant_downstream_masks_a_wrong_read() -> None:
     # the same with an ordinary range in the middle: the error reaches the output
     moved = impact.output_error(_graph(OUT), {"q0": impact.width(WIDE)})
     assert moved.lsb > 100 and not moved.within_rounding
+    # with the codes the backend writes at q0 known, g's values on both sides lie in [-0.00255, 0.00255],
+    # within a quarter of an output LSB of code 0: one code on both sides, whatever q0's codes are
+    backend = {"q0": ranges.domain_range(WIDE)}
+    assert impact.output_error(_graph(NARROW), {"q0": impact.width(WIDE)}, backend=backend).lsb == 0.0
+    assert impact.output_error(_graph(OUT), {"q0": impact.width(WIDE)}, backend=backend).lsb > 100
 
 
 def test_what_is_not_modelled_is_unbounded_until_a_requant_clamps_it() -> None:
@@ -505,6 +510,7 @@ def test_a_sum_beside_a_coarse_grid_rounds_to_one_code_whatever_its_erring_opera
     # the score's codes wrong by anything in its range: on the mask's grid (scaled by 1.0038 / 1.0039) every
     # sum lies within 0.05 of an output code, so both sides round to it; on a grid 2/3 of the mask's, a mask
     # value sits on a rounding boundary, and the score moves the code
-    got = impact.output_error(_score_plus_mask(out_scale), {"qs": impact.width(_SCORE)})
+    score = ranges.domain_range(_SCORE)
+    got = impact.output_error(_score_plus_mask(out_scale), {"qs": impact.width(_SCORE)}, backend={"qs": score})
     assert (_moved_codes(out_scale) == 0) is absorbed
     assert (got.lsb == 0.0) is absorbed
