@@ -203,6 +203,8 @@ def _op_error(
 #: before rescaling them onto one grid, int8 by 20), widened 8-fold, in the coarser operand's LSB; and,
 #: relative to the value, a RESCALE's coarsest multiplier (16 bits, for an int48 accumulator) and float32's.
 _OPERAND_PRECISION = 2.0**-12
+#: How near a float32 interval's end must lie to a code to be read as that code (-127.00001 is code -127).
+_ON_CODE = 1e-3
 _RELATIVE_PRECISION = 2.0**-14
 
 
@@ -233,9 +235,11 @@ def _absorbed(dg: DomainGraph, at: str, out: Domain | None, rng: _Ranges, err: M
         lo, hi = -hi, -lo
     sign = -1.0 if name == "sub" and erring[0] == "args[0]" else 1.0
     blo, bhi = rng.program[b]
-    first = max(db.qmin, math.ceil(blo / db.scale + db.zero_point - 1e-6))
-    last = min(db.qmax, math.floor(bhi / db.scale + db.zero_point + 1e-6))
-    if not all(map(math.isfinite, (lo, hi))) or last - first > 1 << 16:
+    if not all(map(math.isfinite, (lo, hi, blo, bhi))):
+        return False
+    first = max(db.qmin, math.ceil(blo / db.scale + db.zero_point - _ON_CODE))
+    last = min(db.qmax, math.floor(bhi / db.scale + db.zero_point + _ON_CODE))
+    if not first <= last <= first + (1 << 16):  # (no code: its interval is no set of codes qflow can read)
         return False
     da = dg.value(a).own_domain
     coarse = max(db.scale, da.scale if _grid(da) is not None else max(abs(lo), abs(hi)))  # type: ignore[union-attr]

@@ -514,3 +514,15 @@ def test_a_sum_beside_a_coarse_grid_rounds_to_one_code_whatever_its_erring_opera
     got = impact.output_error(_score_plus_mask(out_scale), {"qs": impact.width(_SCORE)}, backend={"qs": score})
     assert (_moved_codes(out_scale) == 0) is absorbed
     assert (got.lsb == 0.0) is absorbed
+
+
+def test_a_sum_beside_a_constant_between_codes_is_not_absorbed() -> None:
+    # the mask a constant whose float32 value sits a hair below code -127 (-127.00001): read as no code at
+    # all it would leave nothing to check, and the score's whole range would pass as one output code
+    dg = _score_plus_mask(1.0038)
+    wide = Domain.quantized("int8", 0.05, 0, -128, 127)
+    for name in ("qs", "dqs"):
+        dg.value(name).definition = Definition(DefKind.FACT, wide)
+    dg.value("dqm").values = (v := _MASK.scale * (-127.00001 - 127), v)
+    got = impact.output_error(dg, {"qs": impact.width(wide)}, backend={"qs": ranges.domain_range(wide)})
+    assert got.lsb > 5
