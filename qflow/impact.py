@@ -203,9 +203,9 @@ def _op_error(
 #: before rescaling them onto one grid, int8 by 20), widened 8-fold, in the coarser operand's LSB; and,
 #: relative to the value, a RESCALE's coarsest multiplier (16 bits, for an int48 accumulator) and float32's.
 _OPERAND_PRECISION = 2.0**-12
+_RELATIVE_PRECISION = 2.0**-14
 #: How near a float32 interval's end must lie to a code to be read as that code (-127.00001 is code -127).
 _ON_CODE = 1e-3
-_RELATIVE_PRECISION = 2.0**-14
 
 
 def _absorbed(dg: DomainGraph, at: str, out: Domain | None, rng: _Ranges, err: Mapping[str, float]) -> bool:
