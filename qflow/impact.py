@@ -396,13 +396,15 @@ def output_error(
                 # rounds once more: one step, clamped to its range, where both sides can be
                 at = first if v.op_class is OpClass.QUANTIZE else name
                 qlo, qhi = domain_range(v.own_domain) or (-math.inf, math.inf)
-                if ranges.pinned(at, e, qlo, qhi, own[0] / 2):  # both saturate at one end: the same code
+                # (at a kernel's own result the intervals are of its codes, a step further apart than its error)
+                apart = e if at != name else e + own[0]
+                if ranges.pinned(at, apart, qlo, qhi, own[0] / 2):  # both saturate at one end: the same code
                     e = 0.0
                 elif known and _absorbed(dg, at, v.own_domain, ranges, err):  # (a coarse sum beside a grid)
                     e = 0.0
                 lo, hi = ranges.hull(at, e)
-                if e and known and _one_code(lo, hi, v.own_domain, _OPERAND_PRECISION):  # type: ignore[arg-type]
-                    e = 0.0  # (both sides within one rounding cell: the same code)
+                if e and known and at != name and _one_code(lo, hi, v.own_domain, _OPERAND_PRECISION):  # type: ignore[arg-type]
+                    e = 0.0  # (a quantize of values both sides hold within one rounding cell: the same code)
                 step = 0.0 if v.op_class is OpClass.QUANTIZE and _on_grid(own, [grid[p] for p in reached]) else own[0]
                 pre[name], grid[name] = e, own
                 err[name] = min(e + step, own[1], min(qhi, hi) - max(qlo, lo) + step) if e else 0.0

@@ -526,3 +526,34 @@ def test_a_sum_beside_a_constant_between_codes_is_not_absorbed() -> None:
     dg.value("dqm").values = (v := _MASK.scale * (-127.00001 - 127), v)
     got = impact.output_error(dg, {"qs": impact.width(wide)}, backend={"qs": ranges.domain_range(wide)})
     assert got.lsb > 5
+
+
+@pytest.mark.parametrize(
+    "bias, weight, code, after",
+    [
+        (0.0048, -1e-4, (0.0, 0.0), 0.0),  # f from 0.00417 to 0.0048: code 0; the backend's up to 0.0051, code 1
+        (1.2652, 1e-4, (1.27, 1.27), -126.6),  # f from 1.2652 to 1.26584: the top code; the backend's to 1.2649
+    ],
+)
+def test_a_kernel_s_own_rounding_is_no_cell_both_sides_share(bias: float, weight: float, code: tuple, after: float):
+    # folded form: an integer kernel f (its own domain a fact) rounds what it computes to one code of OUT on the
+    # program's side (q0 >= 0 after the relu); the backend's q0 codes are up to 3.0 off, so its f is up to 3e-4
+    # further, across the rounding boundary 0.03 output LSB away. f's interval is that one code and f's error
+    # 0.03 LSB, but the code f writes is what g (100 f + `after`) reads: a code's worth there, 100 output LSB.
+    dg = DomainGraph(form="folded")
+    q, lin = "quantized_decomposed.quantize_per_tensor.default", "aten.linear.default"
+    pos, neg = max(weight, 0.0), min(weight, 0.0)
+    for name, target, cls, d, src, kw in (
+        ("x", "placeholder", OpClass.UNKNOWN, FLOAT, None, {}),
+        ("r", "aten.relu.default", OpClass.ACTIVATION, FLOAT, "x", {"clamp": (0.0, math.inf)}),
+        ("q0", q, OpClass.QUANTIZE, WIDE, "r", {}),
+        ("f", lin, OpClass.COMPUTE, OUT, "q0", {"gain": abs(weight), "channels": ((bias, pos, neg),)}),
+        ("g", lin, OpClass.COMPUTE, OUT, "f", {"gain": 100.0, "channels": ((after, 100.0, 0.0),)}),
+    ):
+        dg.add_value(Value(name, target, cls, Definition(DefKind.FACT, d), **kw))
+        if src is not None:
+            dg.add_use(src, name, "args[0]")
+    dg.outputs = ["g"]
+    assert ranges.value_ranges(dg)["f"] == pytest.approx(code)
+    got = impact.output_error(dg, {"q0": 3.0}, backend={"q0": ranges.domain_range(WIDE)})
+    assert got.output == "g" and got.lsb > 50
