@@ -12,7 +12,8 @@ to the outputs through sound per-op bounds: pass-through ops and ``relu`` /
 it by its Lipschitz constant, an op with a constant operand (or a target's
 kernel) by the gain its adapter measured (``Value.gain``, e.g. a linear layer's
 largest row sum of absolute weights), a product of two operands by the values each can hold, and
-a requant rounds it by at most one step and clamps it to its range's width,
+a requant rounds it by at most one step and clamps it to its range's width — none at all where every value
+either side can reach rounds to one code (a sum beside a right operand on a grid: for each of its codes),
 a comparison with one outcome on both sides ends it (and a ``where`` on it
 keeps only its branch's), a ``where`` / ``masked_fill`` whose mask can flip is as far off as
 the branch one side picks can be from the other's, and a delegate call hands it to the partition input
