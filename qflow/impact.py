@@ -209,7 +209,7 @@ _RELATIVE_PRECISION = 2.0**-14
 _ON_CODE = 1e-3
 
 
-def _absorbed(dg: DomainGraph, at: str, out: Domain | None, rng: _Ranges, err: Mapping[str, float]) -> bool:
+def _absorbed(dg: DomainGraph, at: str, out: Domain, rng: _Ranges, err: Mapping[str, float]) -> bool:
     """Is `at` a sum whose rounding onto `out` gives one code whatever its one erring operand holds? Its other
     operand, right on both sides, holds codes of its grid; for each such code, the values the erring
     operand holds on either side (their hull) may span no rounding boundary of `out`, with a margin for
@@ -221,7 +221,7 @@ def _absorbed(dg: DomainGraph, at: str, out: Domain | None, rng: _Ranges, err: M
     if s.op_class is not OpClass.COMPUTE or name not in ("add", "sub") or s.gain not in (None, 1.0):
         return False
     by_label = {lab: p for p, data in dg.g._pred[at].items() for lab in data["args"]}
-    if set(by_label) != {"args[0]", "args[1]"} or out is None or (o := _grid(out)) is None:
+    if set(by_label) != {"args[0]", "args[1]"}:
         return False
     erring = [lab for lab, p in by_label.items() if err.get(p, 0.0) > 0]
     if len(erring) != 1:
@@ -246,7 +246,7 @@ def _absorbed(dg: DomainGraph, at: str, out: Domain | None, rng: _Ranges, err: M
     coarse = max(db.scale, da.scale if _grid(da) is not None else max(abs(lo), abs(hi)))  # type: ignore[union-attr]
     for c in range(first, last + 1):
         bc = sign * db.scale * (c - db.zero_point)
-        if not _one_code(bc + lo, bc + hi, out, _OPERAND_PRECISION * coarse / o[0]):
+        if not _one_code(bc + lo, bc + hi, out, _OPERAND_PRECISION * coarse / out.scale):  # type: ignore[operator]
             return False
     return True
 
@@ -401,8 +401,8 @@ def output_error(
                 apart = e if at != name else e + own[0]
                 if ranges.pinned(at, apart, qlo, qhi, own[0] / 2):  # both saturate at one end: the same code
                     e = 0.0
-                elif known and _absorbed(dg, at, v.own_domain, ranges, err):  # (a coarse sum beside a grid)
-                    e = 0.0
+                elif known and _absorbed(dg, at, v.own_domain, ranges, err):  # type: ignore[arg-type]
+                    e = 0.0  # (a sum beside a right operand on a grid: one code for each of its codes)
                 lo, hi = ranges.hull(at, e)
                 if e and known and at != name and _one_code(lo, hi, v.own_domain, _OPERAND_PRECISION):  # type: ignore[arg-type]
                     e = 0.0  # (a quantize of values both sides hold within one rounding cell: the same code)
