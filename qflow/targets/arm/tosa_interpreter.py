@@ -801,6 +801,7 @@ class Interpreter:
             self.check(op, False, f"RESCALE multiplier/shift {m.tolist()}/{s.tolist()} give a non-positive scale")
             self.unknown(op.outputs[0], dtype, f"RESCALE #{op.index} has a non-positive multiplier")
             return
+        src = self._dropped_before_rescale(op, x, src, in_zp)
         out_zp = self.rescale_zp(op, in_zp, out_zp, ratios, src, x)
         scale32 = op.attrs.get("scale32", True)
         if not scale32 and src.dtype == "int48" and dtype == "int16" and not self._only_copied_out(op.outputs[0]):
@@ -827,6 +828,37 @@ class Interpreter:
         if isinstance(scale, tuple):
             scale = _uniform(scale, tol + 1e-6)
         self.dom[op.outputs[0]] = Dom(dtype, scale, out_zp, tol, narrow=narrow)
+
+    def _dropped_before_rescale(self, op: TosaOp, x: str, src: Dom, in_zp: int | None) -> Dom:
+        """A RESCALE reading 8/16-bit codes with another zero point than theirs, where a dropped requant
+        (`Anchors.dropped`) whose copy Arm removed (an expand or view to the shape it already has) went
+        before it: the codes are in the copy's input domain and the RESCALE, the standalone requant after
+        it, reads them in the dropped requant's. That is the partition's own violation, weighed there
+        (05158-tx-arm-custom: an elided expand's int16 requant, then four mismatches downstream of the
+        RESCALE, which walked on in the wrong domain). Matched as `_dropped_requant` matches a copy, by the
+        input domain, the shape, the readers and, here, the zero point the RESCALE reads with."""
+        if not self.a.dropped or in_zp is None or src.zp in (None, in_zp) or src.scale is None:
+            return src
+        shape = self.p.tensors[x].shape if x in self.p.tensors else None
+        if _narrow_of(src) != src.dtype or shape is None:
+            return src
+        like = [
+            (v, want) for v, e in self.a.dropped.items()
+            if not e.is_float and v not in self.realised and (d := self.a.node_in.get(v)) is not None
+            and _same_dom(src, replace_dtype(_dom_of(d), src.dtype, True)) and _same_shape(self.a.shapes.get(v), shape)
+            and (want := replace_dtype(_dom_of(e), src.dtype, keep_unsigned=True)).zp == in_zp
+            and self._read_by(x, self.a.readers.get(v, set()))
+        ]  # fmt: skip
+        if len(like) != 1:
+            return src
+        (node, want), read_as = like[0], self.a.dropped[like[0][0]]
+        self.realised[node] = op.index
+        self.checks.append(
+            Check(False, op.op, op.index, x, node, f"{op.op} #{op.index} reads codes in {src} as {describe(read_as)} "
+                  f"(input_zp {in_zp}): the requant after {node} is dropped, and its copy with it",
+                  src.domain(), read_as, kind=DROPPED)
+        )  # fmt: skip
+        return want
 
     def _only_copied_out(self, tensor: str) -> bool:
         """Does `tensor` reach nothing but the program's outputs, through copies? Then one code off in it is
