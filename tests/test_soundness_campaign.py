@@ -500,7 +500,7 @@ def test_a_requant_that_rounds_both_sides_to_one_code_masks_a_dropped_requant(
     assert rec["qflow"]["lowered"]["verdict"] != "error", rec["qflow"]["lowered"]["findings"]
 
 
-@pytest.mark.parametrize("cid", ["00950-tx-arm-custom", "00610-tx-arm-custom"])
+@pytest.mark.parametrize("cid", ["00950-tx-arm-custom", "00610-tx-arm-custom", "05158-tx-arm-custom"])
 def test_an_artifact_copy_that_realises_a_dropped_requant_is_weighed_with_it(campaign: Any, cid: str) -> None:
     """The lowered program's artifact check matches the TOSA copy to the view whose requant the partition
     drops (its input domain, its shape, an op after it that came from one of the view's readers), records
@@ -508,7 +508,10 @@ def test_an_artifact_copy_that_realises_a_dropped_requant_is_weighed_with_it(cam
     The view's obligation weighs it: masked, and no artifact mismatch is left. 00950: three mismatches, all
     the same drop (a RESCALE's input zero point, a CONV2D bias, the output's scale). 00610: the reader is
     behind a standalone requant (a RESCALE no PT2E op is named for) that takes the codes back into the
-    view's input domain, where the copy after it must not be matched to the drop again."""
+    view's input domain, where the copy after it must not be matched to the drop again. 05158 (fresh seed,
+    100 searched inputs at 0 LSB): Arm removes the expand whose int8 -> int16 requant it drops, so no copy
+    realises it: the standalone requant's RESCALE reads the codes with the int16 zero point; four mismatches
+    followed (that zero point, a MATMUL's, an ADD of two int32 grids, an exp TABLE 248x off)."""
     import summary
 
     rec = campaign(cid)
