@@ -685,24 +685,33 @@ class Interpreter:
         the program reads them in, so each op downstream is checked as a translation of the partition.
         The serializer does not name a copy after its PT2E op (a decomposition adds copies of its own):
         the copy is matched to the one such op whose input domain its codes are in, whose output has its
-        shape (up to the layout's permutation) and one of whose readers an op after it came from."""
+        shape (up to the layout's permutation) and one of whose readers an op after it came from. One copy can
+        realise a chain of them (Arm merges an expand and the view after it into one RESHAPE:
+        04057-tx-arm-custom), matched in turn, each the reader of the one before."""
+        before: str | None = None
+        while (before := self._dropped_requant_once(op, before)) is not None:
+            pass
+
+    def _dropped_requant_once(self, op: TosaOp, before: str | None) -> str | None:
         out = op.outputs[0]
         got, shape = self.dom[out], self.p.tensors[out].shape if out in self.p.tensors else None
         if not self.a.dropped or got.scale is None or got.zp is None or shape is None:
-            return
+            return None
         like = [
             (v, want) for v, e in self.a.dropped.items()
             if not e.is_float and v not in self.realised and (d := self.a.node_in.get(v)) is not None
             and _same_dom(got, replace_dtype(_dom_of(d), got.dtype, True)) and _same_shape(self.a.shapes.get(v), shape)
             and not _same_dom(got, want := replace_dtype(_dom_of(e), got.dtype, keep_unsigned=True))
             and self._read_by(out, self.a.readers.get(v, set()))
+            and (before is None or (v, 0) in self.a.readers.get(before, set()))
         ]  # fmt: skip
         if len(like) != 1:
-            return
+            return None
         (node, want), read_as = like[0], self.a.dropped[like[0][0]]
         self.realised[node] = op.index  # (once: codes requantized back into its input's domain are not its copy)
         self._walk_on_after_drop(op, node, f"copies codes in {got} that the program reads on in {describe(read_as)}: "
                                  f"the requant after {node} is dropped", read_as, want, DROPPED)  # fmt: skip
+        return node
 
     def _walk_on_after_drop(self, op: TosaOp, node: str, what: str, read_as: Domain, walk_on: Dom, kind: str) -> None:
         """The partition's own violation at `op` (weighed there): recorded once, as what it is, and the walk
