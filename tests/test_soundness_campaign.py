@@ -529,6 +529,24 @@ def test_an_artifact_copy_that_realises_a_dropped_requant_is_weighed_with_it(cam
     assert not [f for f in lowered["findings"] if f["kind"] == "tosa-artifact-mismatch"]
 
 
+def test_an_artifact_rescale_reading_a_merged_duplicate_is_weighed_with_it(campaign: Any) -> None:
+    """02172-tx-arm-custom (exact; 0 LSB on 64 more inputs, 16 levels and a 30-run search): Arm merges one sum
+    into its duplicate of another domain (FuseDuplicateUsersPass), and the RESCALE after it reads the
+    survivor's codes with the merged sum's zero point. The partition's own obligation weighs the merge
+    (masked, as before partitioning); the artifact check said it again there and at a SUB downstream, two
+    errors. It now matches the RESCALE to the merge, says it once, and walks on in the merged sum's domain:
+    the lowered program is unproven for what is unproven before partitioning (a skipped requant), no error."""
+    import summary
+
+    rec = campaign("02172-tx-arm-custom")
+    assert summary.truth(rec) == "exact", rec.get("err")
+    lowered = rec["qflow"]["lowered"]
+    assert lowered["verdict"] != "error", lowered["findings"]
+    merged = [f for f in lowered["findings"] if f["kind"] == "merged-duplicate-users"]
+    assert merged and all(f["severity"] == "info" for f in merged), merged
+    assert not [f for f in lowered["findings"] if f["kind"] == "tosa-artifact-mismatch"]
+
+
 def test_an_artifact_mismatch_no_output_sees_is_let_go_with_the_partition(campaign: Any) -> None:
     """03086-tx-arm-custom: a custom domain on a cat whose requant Arm drops, inside attention whose only way to
     the output is a relu whose input's every code is <= 0 (masked-by-constant). The partition's obligations

@@ -124,7 +124,12 @@ def add_artifact_evidence(
         }
         for kind in (tosa_artifact.DROPPED, tosa_artifact.SCALE_DROPPED)
     )  # fmt: skip
-    checks = tosa_artifact.check_delegate(gm, call, lowered, reference, dropped, scale_dropped)
+    merged_users = {  # (a duplicate merged into another in another domain: its obligation weighs it)
+        ob.node.removeprefix(within): ob.other.removeprefix(within)
+        for ob in dg.obligations
+        if ob.finding_kind == tosa_artifact.MERGED and ob.node.startswith(within) and ob.other
+    }
+    checks = tosa_artifact.check_delegate(gm, call, lowered, reference, dropped, scale_dropped, merged_users)
     if checks is None:
         dg.notes.append(f"{call.name}: TOSA artifact not checked (no TOSA flatbuffer, or a float partition)")
         return

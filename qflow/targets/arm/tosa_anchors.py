@@ -388,13 +388,15 @@ def check_delegate(
     ref: Reference | None = None,
     dropped: dict[str, Domain] | None = None,
     scale_dropped: dict[str, Domain] | None = None,
+    merged_users: dict[str, str] | None = None,
 ) -> list[Check] | None:
     """The artifact checks of one delegate call, or None if it is no TOSA
     flatbuffer, or a float program that quantizes nothing at its boundary
     (a float partition: no codes cross it, so there is no domain to prove).
     `ref`: the PT2E program's constants, for weights the partition keeps as bare codes.
     `dropped`: the requants the partition drops that the caller's own checks weigh (`Anchors.dropped`);
-    `scale_dropped`: likewise the output scales of ops lowered with zero points only (`Anchors.scale_dropped`)."""
+    `scale_dropped`: likewise the output scales of ops lowered with zero points only (`Anchors.scale_dropped`);
+    `merged_users`: likewise the duplicates merged into another (`Anchors.merged_users`)."""
     if getattr(lowered, "backend_id", None) not in ("TOSABackend", "VgfBackend"):
         return None
     try:
@@ -403,6 +405,7 @@ def check_delegate(
         return None
     anchors = delegate_anchors(gm, call, lowered, prog)
     anchors.dropped, anchors.scale_dropped = dict(dropped or {}), dict(scale_dropped or {})
+    anchors.merged_users = dict(merged_users or {})
     ep = lowered.original_module
     prog = anchor_made_constants(prog, anchors, ep, {c.name: c for c in constant_domains(ep)})
     if ref is not None:

@@ -65,11 +65,21 @@ from qflow.ops import OpClass, classify
 from qflow.targets.arm import tosa_anchors
 from qflow.targets.arm.tosa_anchors import Reference, check_delegate, constant_domains, link_constants, reference
 from qflow.targets.arm.tosa_flatbuffer import read
-from qflow.targets.arm.tosa_interpreter import DROPPED, SCALE_DROPPED, Anchors, Check, describe, validate
+from qflow.targets.arm.tosa_interpreter import DROPPED, MERGED, SCALE_DROPPED, Anchors, Check, describe, validate
 
 # (the rooms this check is made of: reading, the reference facts, the interpreter; re-exported)
 __all__ = ["KIND", "Reference", "add_evidence", "analyze_artifact", "check_delegate", "constant_domains"]
-__all__ += ["Anchors", "DROPPED", "SCALE_DROPPED", "link_constants", "read", "reference", "validate", "weighs_drop"]
+__all__ += [
+    "Anchors",
+    "DROPPED",
+    "MERGED",
+    "SCALE_DROPPED",
+    "link_constants",
+    "read",
+    "reference",
+    "validate",
+    "weighs_drop",
+]
 
 KIND = "tosa-artifact-mismatch"
 #: The target whose contract a TOSA payload is checked against.
@@ -115,7 +125,7 @@ def add_evidence(dg: Any, prefix: str, call_name: str, checks: Iterable[Check]) 
                            severity="warning" if c.kind else None)
             )  # fmt: skip
             continue
-        if c.kind in (DROPPED, SCALE_DROPPED) and _weighed_in_partition(dg, f"{prefix}/{c.node}", c.kind):
+        if c.kind in (DROPPED, SCALE_DROPPED, MERGED) and _weighed_in_partition(dg, f"{prefix}/{c.node}", c.kind):
             c = replace(c, ok=True, message=f"{c.message}, as in the partition, whose own obligation weighs it")
         op = f"{prefix}/{c.off_by_code.node}" if c.off_by_code is not None else node  # (read at its input)
         dg.oblige(
@@ -130,10 +140,11 @@ def add_evidence(dg: Any, prefix: str, call_name: str, checks: Iterable[Check]) 
 
 def weighs_drop(ob: Obligation, kind: str) -> bool:
     """Is `ob` a partition's own obligation that weighs a drop of `kind`: the requant after a copy or an
-    activation (`DROPPED`), or the output scale of an op lowered with zero points only (`SCALE_DROPPED`)?"""
-    if kind == SCALE_DROPPED:
-        return ob.finding_kind == SCALE_DROPPED
-    return ob.kind is ObligationKind.NO_FOLD_CHANGE
+    activation (`DROPPED`), the output scale of an op lowered with zero points only (`SCALE_DROPPED`), or
+    a duplicate's own domain where it is merged into another (`MERGED`)?"""
+    if kind == DROPPED:
+        return ob.kind is ObligationKind.NO_FOLD_CHANGE
+    return ob.finding_kind == kind
 
 
 def _weighed_in_partition(dg: Any, node: str, kind: str) -> bool:

@@ -62,6 +62,9 @@ class Anchors:
     #: obligation): the op's codes are expected in its input's domain and read on in this one, so the
     #: walk says so once there and goes on in this domain, not again at each op downstream
     dropped: dict[str, Domain] = field(default_factory=dict)
+    #: FX node of a duplicate user Arm's FuseDuplicateUsersPass merges into another (in another domain) → that
+    #: other, when the program's own `merged-duplicate-users` obligation weighs it: as `dropped`
+    merged_users: dict[str, str] = field(default_factory=dict)
     #: FX node of an op lowered with its zero points only (TOSA NEGATE, AVG_POOL2D) → its declared output
     #: domain, when the program's own `dropped-scale` obligation weighs the input scale it keeps: as `dropped`
     scale_dropped: dict[str, Domain] = field(default_factory=dict)
@@ -154,6 +157,8 @@ def _same_dom(a: Dom, b: Dom) -> bool:
 DROPPED = "requant-after-passthrough"
 #: The kind of the check an op lowered with zero points only gets where it keeps a scale the partition drops.
 SCALE_DROPPED = "dropped-scale"
+#: The kind of the check a RESCALE gets where it reads a duplicate Arm merged into another (`Anchors.merged_users`).
+MERGED = "merged-duplicate-users"
 
 
 def _same_shape(a: tuple[int, ...] | None, b: tuple[int, ...]) -> bool:
@@ -839,33 +844,40 @@ class Interpreter:
         self.dom[op.outputs[0]] = Dom(dtype, scale, out_zp, tol, narrow=narrow)
 
     def _dropped_before_rescale(self, op: TosaOp, x: str, src: Dom, in_zp: int | None) -> Dom:
-        """A RESCALE reading 8/16-bit codes with another zero point than theirs, where a dropped requant
-        (`Anchors.dropped`) whose copy Arm removed (an expand or view to the shape it already has) went
-        before it: the codes are in the copy's input domain and the RESCALE, the standalone requant after
-        it, reads them in the dropped requant's. That is the partition's own violation, weighed there
-        (05158-tx-arm-custom: an elided expand's int16 requant, then four mismatches downstream of the
-        RESCALE, which walked on in the wrong domain). Matched as `_dropped_requant` matches a copy, by the
-        input domain, the shape, the readers and, here, the zero point the RESCALE reads with."""
-        if not self.a.dropped or in_zp is None or src.zp in (None, in_zp) or src.scale is None:
+        """A RESCALE reading 8/16-bit codes with another zero point than theirs, where the partition's own
+        violation put them in another domain than the one its op reads them in, and no copy of the payload
+        said so: a dropped requant (`Anchors.dropped`) whose copy Arm removed (an expand or view to the shape
+        it already has; 05158-tx-arm-custom: then four mismatches downstream, the walk in the wrong domain),
+        or a duplicate Arm merged into another (`Anchors.merged_users`; 02172-tx-arm-custom). The RESCALE,
+        the first op to see the codes, reads them in the dropped requant's domain, or the merged duplicate's
+        own. Weighed in the partition: said once here, and the walk goes on in that domain. Matched by the
+        domain the codes are in, the shape, the readers and the zero point the RESCALE reads with."""
+        if not (self.a.dropped or self.a.merged_users) or in_zp is None or src.zp in (None, in_zp) or src.scale is None:
             return src
         shape = self.p.tensors[x].shape if x in self.p.tensors else None
         if _narrow_of(src) != src.dtype or shape is None:
             return src
+        drops = [(v, self.a.node_in.get(v), e, DROPPED) for v, e in self.a.dropped.items() if v not in self.realised]
+        merges = [(v, self.a.node_out.get(k), self.a.node_out.get(v), MERGED) for v, k in self.a.merged_users.items()]
         like = [
-            (v, want) for v, e in self.a.dropped.items()
-            if not e.is_float and v not in self.realised and (d := self.a.node_in.get(v)) is not None
-            and _same_dom(src, replace_dtype(_dom_of(d), src.dtype, True)) and _same_shape(self.a.shapes.get(v), shape)
-            and (want := replace_dtype(_dom_of(e), src.dtype, keep_unsigned=True)).zp == in_zp
+            (v, read_as, want, kind) for v, codes, read_as, kind in drops + merges
+            if codes is not None and read_as is not None and not read_as.is_float
+            and _same_dom(src, replace_dtype(_dom_of(codes), src.dtype, True))
+            and _same_shape(self.a.shapes.get(v), shape)
+            and (want := replace_dtype(_dom_of(read_as), src.dtype, keep_unsigned=True)).zp == in_zp
             and self._read_by(x, self.a.readers.get(v, set()))
         ]  # fmt: skip
         if len(like) != 1:
             return src
-        (node, want), read_as = like[0], self.a.dropped[like[0][0]]
-        self.realised[node] = op.index
+        node, read_as, want, kind = like[0]
+        why = (
+            f"the requant after {node} is dropped, and its copy with it" if kind == DROPPED
+            else f"{node} is merged into {self.a.merged_users[node]} (FuseDuplicateUsersPass)"
+        )  # fmt: skip
         self.checks.append(
-            Check(False, op.op, op.index, x, node, f"{op.op} #{op.index} reads codes in {src} as {describe(read_as)} "
-                  f"(input_zp {in_zp}): the requant after {node} is dropped, and its copy with it",
-                  src.domain(), read_as, kind=DROPPED)
+            Check(False, op.op, op.index, x, node,
+                  f"{op.op} #{op.index} reads codes in {src} as {describe(read_as)} (input_zp {in_zp}): {why}",
+                  src.domain(), read_as, kind=kind)
         )  # fmt: skip
         return want
 
