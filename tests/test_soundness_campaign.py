@@ -501,7 +501,15 @@ def test_a_requant_that_rounds_both_sides_to_one_code_masks_a_dropped_requant(
 
 
 @pytest.mark.parametrize(
-    "cid", ["00950-tx-arm-custom", "00610-tx-arm-custom", "05158-tx-arm-custom", "04057-tx-arm-custom", "00697-arm-pt"]
+    "cid",
+    [
+        "00950-tx-arm-custom",
+        "00610-tx-arm-custom",
+        "05158-tx-arm-custom",
+        "00154-mk-arm-custom",
+        "04057-tx-arm-custom",
+        "00697-arm-pt",
+    ],
 )
 def test_an_artifact_copy_that_realises_a_dropped_requant_is_weighed_with_it(campaign: Any, cid: str) -> None:
     """The lowered program's artifact check matches the TOSA copy to the view whose requant the partition
@@ -513,7 +521,9 @@ def test_an_artifact_copy_that_realises_a_dropped_requant_is_weighed_with_it(cam
     view's input domain, where the copy after it must not be matched to the drop again. 05158 (fresh seed,
     100 searched inputs at 0 LSB): Arm removes the expand whose int8 -> int16 requant it drops, so no copy
     realises it: the standalone requant's RESCALE reads the codes with the int16 zero point; four mismatches
-    followed (that zero point, a MATMUL's, an ADD of two int32 grids, an exp TABLE 248x off). 04057: Arm
+    followed (that zero point, a MATMUL's, an ADD of two int32 grids, an exp TABLE 248x off). 00154-mk: the
+    same, then a copy of codes taken back into the expand's input domain, which must not be matched to the
+    drop again (as 00610's; a first build of the RESCALE match did, three errors). 04057: Arm
     merges an expand and the view after it into one RESHAPE, whose two requants (there and back) it drops: the
     copy realises both, in turn. 00697 (stock a8w8): a neg's output scale dropped 0.05 % (NEGATE keeps its
     input's), a hair the NEGATE check lets pass but a depthwise conv's bias after it, declared in the neg's

@@ -870,6 +870,8 @@ class Interpreter:
         if len(like) != 1:
             return src
         node, read_as, want, kind = like[0]
+        if kind == DROPPED:  # (once, as at a copy: codes requantized back into its input's domain are not its)
+            self.realised[node] = op.index
         why = (
             f"the requant after {node} is dropped, and its copy with it" if kind == DROPPED
             else f"{node} is merged into {self.a.merged_users[node]} (FuseDuplicateUsersPass)"
