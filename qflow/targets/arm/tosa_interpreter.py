@@ -815,7 +815,7 @@ class Interpreter:
             self.check(op, False, f"RESCALE multiplier/shift {m.tolist()}/{s.tolist()} give a non-positive scale")
             self.unknown(op.outputs[0], dtype, f"RESCALE #{op.index} has a non-positive multiplier")
             return
-        src = self._dropped_before_rescale(op, x, src, in_zp)
+        src = self._partition_violation_at_rescale(op, x, src, in_zp)
         out_zp = self.rescale_zp(op, in_zp, out_zp, ratios, src, x)
         scale32 = op.attrs.get("scale32", True)
         if not scale32 and src.dtype == "int48" and dtype == "int16" and not self._only_copied_out(op.outputs[0]):
@@ -843,7 +843,7 @@ class Interpreter:
             scale = _uniform(scale, tol + 1e-6)
         self.dom[op.outputs[0]] = Dom(dtype, scale, out_zp, tol, narrow=narrow)
 
-    def _dropped_before_rescale(self, op: TosaOp, x: str, src: Dom, in_zp: int | None) -> Dom:
+    def _partition_violation_at_rescale(self, op: TosaOp, x: str, src: Dom, in_zp: int | None) -> Dom:
         """A RESCALE reading 8/16-bit codes with another zero point than theirs, where the partition's own
         violation put them in another domain than the one its op reads them in, and no copy of the payload
         said so: a dropped requant (`Anchors.dropped`) whose copy Arm removed (an expand or view to the shape
