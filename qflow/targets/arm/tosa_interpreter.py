@@ -704,10 +704,8 @@ class Interpreter:
             return None
         like = [
             (v, want) for v, e in self.a.dropped.items()
-            if not e.is_float and v not in self.realised and (d := self.a.node_in.get(v)) is not None
-            and _same_dom(got, replace_dtype(_dom_of(d), got.dtype, True)) and _same_shape(self.a.shapes.get(v), shape)
+            if not e.is_float and v not in self.realised and self._holds(out, got, shape, v, self.a.node_in.get(v))
             and not _same_dom(got, want := replace_dtype(_dom_of(e), got.dtype, keep_unsigned=True))
-            and self._read_by(out, self.a.readers.get(v, set()))
             and (before is None or (v, 0) in self.a.readers.get(before, set()))
         ]  # fmt: skip
         if len(like) != 1:
@@ -717,6 +715,14 @@ class Interpreter:
         self._walk_on_after_drop(op, node, f"copies codes in {got} that the program reads on in {describe(read_as)}: "
                                  f"the requant after {node} is dropped", read_as, want, DROPPED)  # fmt: skip
         return node
+
+    def _holds(self, tensor: str, got: Dom, shape: tuple[int, ...], node: str, codes: Domain | None) -> bool:
+        """Can `tensor` (codes in `got`, of `shape`) hold what PT2E `node` computes, its codes in `codes`: that
+        domain, the node's shape (up to the layout's permutation), and read on by one of the node's readers?"""
+        return (
+            codes is not None and _same_dom(got, replace_dtype(_dom_of(codes), got.dtype, True))
+            and _same_shape(self.a.shapes.get(node), shape) and self._read_by(tensor, self.a.readers.get(node, set()))
+        )  # fmt: skip
 
     def _walk_on_after_drop(self, op: TosaOp, node: str, what: str, read_as: Domain, walk_on: Dom, kind: str) -> None:
         """The partition's own violation at `op` (weighed there): recorded once, as what it is, and the walk
@@ -861,11 +867,8 @@ class Interpreter:
         merges = [(v, self.a.node_out.get(k), self.a.node_out.get(v), MERGED) for v, k in self.a.merged_users.items()]
         like = [
             (v, read_as, want, kind) for v, codes, read_as, kind in drops + merges
-            if codes is not None and read_as is not None and not read_as.is_float
-            and _same_dom(src, replace_dtype(_dom_of(codes), src.dtype, True))
-            and _same_shape(self.a.shapes.get(v), shape)
+            if read_as is not None and not read_as.is_float and self._holds(x, src, shape, v, codes)
             and (want := replace_dtype(_dom_of(read_as), src.dtype, keep_unsigned=True)).zp == in_zp
-            and self._read_by(x, self.a.readers.get(v, set()))
         ]  # fmt: skip
         if len(like) != 1:
             return src
