@@ -500,6 +500,26 @@ def test_a_requant_that_rounds_both_sides_to_one_code_masks_a_dropped_requant(
     assert rec["qflow"]["lowered"]["verdict"] != "error", rec["qflow"]["lowered"]["findings"]
 
 
+@pytest.mark.parametrize("cid", ["00950-tx-arm-custom", "00610-tx-arm-custom", "00495-arm-custom"])
+def test_a_folded_partition_weighs_its_dropped_requants_as_the_qdq_form_does(campaign: Any, cid: str) -> None:
+    """Each Arm partition as the fold pass leaves it (analysed alone, as observe mode does) proves where the
+    program before partitioning proves the same drop masked (issue #27, item 3). 00950 / 00610: the fold keeps
+    the weights and a scalar operand as codes, their domains in the reader's ``input_qparams``; read as those
+    reals (as the Q/DQ form's dequantize gives them) the drop's error is bounded through the mul and the linear
+    after it (unbounded before: an error). 00495: a slice into a finer domain, then a clamp back into the
+    slice's input domain — the requant the fold drops and the one it keeps undo each other, weighed as a chain
+    (`bounds.copied_through`), as the Q/DQ form's requant-carried."""
+    import summary
+
+    rec = campaign(cid)
+    assert summary.truth(rec) == "exact", rec.get("err")
+    folded = rec["qflow"]["folded"]
+    assert folded["verdict"] == "proved", folded
+    parts = [p for k, p in folded.items() if k[0] == "p" and k[1:].isdigit()]
+    drops = [f for p in parts for f in p["findings"] if f["kind"] == "passthrough-domain-change"]
+    assert drops and all(f["severity"] == "info" for f in drops), drops
+
+
 @pytest.mark.parametrize(
     "cid",
     [

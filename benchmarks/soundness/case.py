@@ -916,16 +916,7 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
     lowered = _lower_and_run(rec, "", variant, exported, tests, want, grids)
     if lowered is not None:
         edge, partitions = lowered
-        if partitions:
-            stage("qflow_folded")
-            reports = [_qflow(rec, f"folded{i}", lambda p=p: analyze(p, target)) for i, p in enumerate(partitions)]
-            verdicts = [rec["qflow"][f"folded{i}"]["verdict"] for i in range(len(reports))]
-            rec["qflow"]["folded"] = {"verdict": _worst(verdicts), "partitions": len(partitions)}
-            for i in range(len(reports)):
-                rec["qflow"]["folded"][f"p{i}"] = rec["qflow"].pop(f"folded{i}")
-            rec["time"]["qflow_folded"] = round(
-                sum(rec["time"].pop(f"qflow_folded{i}") for i in range(len(reports))), 3
-            )
+        _analyze_folded(rec, target, partitions)
         _analyze_lowered(rec, target, exported, edge)
     # repair
     if repair and pre is not None and not pre.proved:
@@ -935,6 +926,20 @@ def run_case(cid: str, spec: dict[str, Any] | None = None, repair: bool = True) 
     rec["time"]["total"] = round(time.perf_counter() - t0, 3)
     stage("done")
     return dict(rec)
+
+
+def _analyze_folded(rec: dict[str, Any], target: str, partitions: list[Any]) -> None:
+    """qflow on each Arm partition as the fold pass left it, into `rec` (`folded`: the worst verdict)."""
+    if not partitions:
+        return
+    stage("qflow_folded")
+    for i, p in enumerate(partitions):
+        _qflow(rec, f"folded{i}", lambda p=p: analyze(p, target))
+    verdicts = [rec["qflow"][f"folded{i}"]["verdict"] for i in range(len(partitions))]
+    rec["qflow"]["folded"] = {"verdict": _worst(verdicts), "partitions": len(partitions)}
+    for i in range(len(partitions)):
+        rec["qflow"]["folded"][f"p{i}"] = rec["qflow"].pop(f"folded{i}")
+    rec["time"]["qflow_folded"] = round(sum(rec["time"].pop(f"qflow_folded{i}") for i in range(len(partitions))), 3)
 
 
 def _analyze_lowered(rec: dict[str, Any], target: str, exported: Any, edge: Any) -> None:
@@ -956,7 +961,7 @@ def reanalyze(rec: dict[str, Any], lowered: bool = False) -> dict[str, Any]:
     """`rec` with its `annotated` and `pre` verdicts re-made by this qflow (the backend's outcome kept):
     the same seeds quantize the same program, so a qflow fix is re-scored without lowering again.
     `qflow_rev_pre` says which qflow made them. `lowered`: the lowered program's (and a .pte's) too, lowered
-    again but not run (`qflow_rev_lowered`)."""
+    again but not run (`qflow_rev_lowered`), and its Arm partitions as the fold pass left them (`folded`)."""
     index, full = parse_id(rec["id"])
     variant, spec = base_variant(full), generate(index, menu_of(full))
     sink: dict[str, Any] = {}
@@ -970,7 +975,8 @@ def reanalyze(rec: dict[str, Any], lowered: bool = False) -> dict[str, Any]:
     out["verdict"] = out["qflow"]["pre"]["verdict"]
     out["qflow_rev_pre"] = qflow_revision()
     if lowered and "lowered" in out["qflow"]:
-        edge, _ = lower(variant, copy.deepcopy(exported), samples[0])
+        edge, partitions = lower(variant, copy.deepcopy(exported), samples[0])
+        _analyze_folded(out, target_of(variant), partitions)
         _analyze_lowered(out, target_of(variant), exported, edge)
         out["qflow_rev_lowered"] = qflow_revision()
     return out

@@ -34,7 +34,7 @@ from qflow.graph import Definition, DefKind, DomainGraph, Obligation, Obligation
 from qflow.integrations import bias_domain, duplicate_users, ignored_variants, masked
 from qflow.integrations.fx_control_flow import ControlFlowReading
 from qflow.integrations.fx_delegates import DelegateReading
-from qflow.integrations.fx_folded import FoldedReading
+from qflow.integrations.fx_folded import FoldedReading, constant_reals
 from qflow.ir import activations, copy_chains, delegate, gains, int_matmul, quantized_embedding
 from qflow.ir.fx_nodes import (
     DOMAIN_FREE_DTYPES,
@@ -103,6 +103,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         self.inner = inner
         self.target = target or get_target(None)
         self.consts = Consts(gm, ep)
+        if form == "folded":
+            self.consts.reals = constant_reals(gm, self.consts)
         self.dg = DomainGraph(form=form, target=self.target.name)
         self.delegates: dict[str, tuple[Any, list[delegate.BoundaryOutput]]] = {}
         from qflow import targets
@@ -330,8 +332,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         meta = node.meta
         val = meta.get("val")
         dt = getattr(val, "dtype", None)
-        # (a folded partition's weights are codes: their gains would need their domains)
-        weighed = op_class is OpClass.COMPUTE and self.form != "folded"
+        weighed = op_class is OpClass.COMPUTE  # (a folded partition's weight codes: `Consts.reals`)
         weights = gains.channels(node, self.consts) if weighed else None
         self.dg.add_value(
             Value(

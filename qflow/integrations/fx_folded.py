@@ -2,15 +2,69 @@
 
 from __future__ import annotations
 
+import torch
 import torch.fx as fx
 
 from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
 from qflow.graph import Definition, DefKind, float_fact
 from qflow.ir import activations
-from qflow.ir.fx_nodes import arg_label, dtype_name, is_float, quant_args_domain, target_name, tensor_args, val_dtype
+from qflow.ir.fx_nodes import (
+    Consts,
+    arg_label,
+    dtype_name,
+    is_float,
+    quant_args_domain,
+    target_name,
+    tensor_args,
+    val_dtype,
+)
 from qflow.ops import CASTS, OpClass, base_name
 from qflow.targets import OpRule
+
+#: The dtypes a folded partition keeps a quantized constant's codes in (weights, biases, scalar operands).
+_CODE_DTYPES = frozenset({torch.int8, torch.int16, torch.int32})
+
+
+def constant_reals(gm: fx.GraphModule, consts: Consts) -> dict[str, torch.Tensor]:
+    """The real values of the integer constants a folded partition reads as codes, by node name: the fold
+    pass keeps a quantized constant's codes and records its domain in each reader's ``input_qparams``.
+    Only where every reader takes the constant as a whole argument and names one and the same domain:
+    then those reals are what the program and the backend both multiply by (a weight's gain, a scalar
+    operand's value), as the dequantize of the Q/DQ form says."""
+    out: dict[str, torch.Tensor] = {}
+    for node in gm.graph.nodes:
+        if node.op not in ("placeholder", "get_attr") or not consts.is_constant(node) or not node.users:
+            continue
+        t = consts.tensor(node)
+        if t is None or t.dtype not in _CODE_DTYPES:
+            continue
+        declared: set[Domain] = set()
+        for user in node.users:
+            iq = user.meta.get("input_qparams") if user.op == "call_function" else None
+            at = [i for i, a in enumerate(user.args) if a is node]
+            if not isinstance(iq, dict) or not at or any(i not in iq for i in at) or user.kwargs:
+                break
+            declared.update(quant_args_domain(iq[i], user) for i in at)
+        else:
+            if len(declared) == 1 and (real := _dequantized(t, declared.pop())) is not None:
+                out[node.name] = real
+    return out
+
+
+def _dequantized(codes: torch.Tensor, d: Domain) -> torch.Tensor | None:
+    """``scale * (codes - zero_point)``, per channel along the domain's axis; None when `d` does not fit `codes`."""
+    if d.is_float or d.opaque is not None:
+        return None
+    if d.axis is None:
+        return (codes.double() - float(d.zero_point)) * float(d.scale)  # type: ignore[arg-type]
+    if not -codes.dim() <= d.axis < codes.dim() or codes.shape[d.axis] != len(d.scale):  # type: ignore[arg-type]
+        return None
+    shape = [1] * codes.dim()
+    shape[d.axis] = -1
+    scale = torch.tensor(d.scale, dtype=torch.float64).reshape(shape)
+    zp = torch.tensor(d.zero_point, dtype=torch.float64).reshape(shape)
+    return (codes.double() - zp) * scale
 
 
 class FoldedReading:

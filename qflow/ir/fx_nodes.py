@@ -232,6 +232,9 @@ class Consts:
         self._placeholder_targets: dict[str, str] = {}
         #: qdq_domain's results by (target, argument types, arguments after the input)
         self.domains: dict[tuple[Any, ...], Domain] = {}
+        #: the real values of integer constants whose readers all declare one domain for them (a folded
+        #: Arm partition keeps its weights as codes), by node name: what a weight's gain is read from
+        self.reals: dict[str, torch.Tensor] = {}
         if ep is not None:
             sig = ep.graph_signature
             for mapping in (sig.inputs_to_buffers, sig.inputs_to_parameters):

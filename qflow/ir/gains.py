@@ -163,7 +163,7 @@ def _constant(x: Any, consts: Consts) -> torch.Tensor | None:
         return None
     t = consts.tensor(x)
     if t is not None:
-        return t.detach().float() if t.is_floating_point() else None
+        return t.detach().float() if t.is_floating_point() else consts.reals.get(x.name)
     t = _evaluated(x, consts, 3) if classify(target_name(x)) is OpClass.DEQUANTIZE else None
     return t.float() if t is not None else None
 

@@ -87,6 +87,11 @@ def land(dg: DomainGraph, reads: list[Read], rng: Mapping[str, Interval], alone:
                 replaced.add(spot)  # type: ignore[arg-type]
                 inherits[spot] = _inherited(dg, start, copies)  # type: ignore[index]
                 continue
+        if (back := _claim_round_trip(dg, r, reads, rng)) is not None:  # (a folded partition's dropped requant, undone)
+            spot, eps, read, start = back
+            errors[spot], backend[spot], inherits[spot] = eps, read, start
+            replaced.add(spot)
+            continue
         at = _landing(dg, r, rng)
         if at is None:
             return None
@@ -164,6 +169,57 @@ def _chain(
         if dg.value(cur).op_class not in (OpClass.DEQUANTIZE, OpClass.PASSTHROUGH):
             break
     return [r.produced, r.expected], [clamp], r.obligation.node
+
+
+def _claim_round_trip(
+    dg: DomainGraph, r: Read, reads: list[Read], rng: Mapping[str, Interval]
+) -> tuple[str, float, Interval, str] | None:
+    """A folded partition's pass-through op claiming a domain its input's codes are not in (the requant the fold
+    dropped), whose codes reach, through copies only, one claiming their own domain back (a slice into a finer
+    domain, then a clamp back: campaign case 00495-arm-custom). The backend copies the codes all the way (an
+    activation clamps them with its bounds in its own domain); the program requantizes at each claim: as a chain
+    of dropped requants in the Q/DQ form, weighed as a whole on its last copy (`bounds.copied_through`).
+    (that copy, its error, the interval the backend's values lie in there, the value whose codes it copies), or
+    None (the chain ends elsewhere, or a copy on the way is read by anything else)."""
+    ob = r.obligation
+    src, claim = r.produced, r.expected
+    if ob.kind is not ObligationKind.CLAIM or src is None or claim is None or ob.node not in dg.g:
+        return None
+    preds = list(dg.g._pred[ob.node])
+    if dg.value(ob.node).op_class is not OpClass.PASSTHROUGH or len(preds) != 1:
+        return None
+    hops, clamps, cur = [claim], [None], ob.node
+    while hops[-1] != src and len(hops) < 64:
+        succs = list(dg.g._succ[cur])
+        if len(succs) != 1 or (v := dg.value(succs[0])).op_class not in (OpClass.PASSTHROUGH, OpClass.ACTIVATION):
+            return None
+        d = v.own_domain
+        if d is None or d.is_float or d.per_channel or not isinstance(d.scale, float):
+            return None
+        clamp = None
+        if v.op_class is OpClass.ACTIVATION:  # (Arm quantizes its bounds in its output domain)
+            if v.clamp is None:
+                return None
+            clamp = bounds.Clamp(v.clamp, _codes_in(v.clamp, d))
+        hops.append(d)
+        clamps.append(clamp)
+        cur = succs[0]
+    codes = _source_codes(dg, reads, src, ob.node, rng)  # (every code, where another violation lands upstream)
+    eps = bounds.copied_through(src, hops, clamps, codes) if hops[-1] == src else None
+    if eps is None:
+        return None
+    lo, hi = codes or (src.qmin, src.qmax)
+    for c in clamps:
+        lo, hi = (lo, hi) if c is None else (min(max(x, c.codes[0]), c.codes[1]) for x in (lo, hi))
+    return cur, eps, _read_as(src, (lo, hi)), preds[0]
+
+
+def _codes_in(real: Interval, d: Domain) -> tuple[int, int]:
+    """Real bounds as codes of `d` (an unbounded side: the end of its range)."""
+    zp = int(d.zero_point)  # type: ignore[arg-type]
+    lo = d.qmin if math.isinf(real[0]) else min(max(round(real[0] / d.scale) + zp, d.qmin), d.qmax)  # type: ignore[operator]
+    hi = d.qmax if math.isinf(real[1]) else min(max(round(real[1] / d.scale) + zp, d.qmin), d.qmax)  # type: ignore[operator]
+    return lo, hi
 
 
 def _clamp(dg: DomainGraph, ob: Obligation) -> bounds.Clamp | None:
@@ -323,9 +379,9 @@ def _landing(dg: DomainGraph, r: Read, rng: Mapping[str, Interval]) -> tuple[str
             return None
         e = _off_where_reached(dg, ob, rng) * d.scale  # type: ignore[operator]
         return at[0], e, (max(program[0] - e, span[0]), min(program[1] + e, span[1])), False
-    if ob.finding_kind == "dropped-scale" and ob.edge and ob.bound is not None and ob.expected is not None:
+    if ob.finding_kind == "dropped-scale" and ob.bound is not None and ob.expected is not None:
         # (zero points only, a bound over every code as a copy's; the backend writes the op's codes
-        # clamped to the dtype: anywhere in it)
+        # clamped to the dtype: anywhere in it. On its requant in a Q/DQ program, on the op itself once folded)
         d = ob.expected
         if not math.isfinite(impact.width(d)):
             return None
