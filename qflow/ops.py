@@ -82,6 +82,9 @@ for _names, _cls in (
     for _n in _names:
         _TABLE[_n] = _cls
 _TABLE["executorch_call_delegate"] = OpClass.DELEGATE
+# (a clamp whose bounds are tensors is an elementwise maximum / minimum of three tensors, no clamp by constants)
+for _n in ("aten.clamp.Tensor", "aten.clamp_.Tensor", "aten.clamp_min.Tensor", "aten.clamp_max.Tensor"):
+    _TABLE[_n] = OpClass.COMPUTE
 
 #: dtype casts (a cast changes a tensor's dtype, not its values).
 CASTS = frozenset({"to", "_to_copy", "_to_dim_order_copy"})

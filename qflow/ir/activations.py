@@ -31,8 +31,8 @@ def bounds(node: fx.Node) -> tuple[float | None, float | None] | None:
     """The real clamp interval of an activation node, or None if it is not one."""
 
     name = base_name(target_name(node))
-    if name not in BOUNDED:
-        return None
+    if name not in BOUNDED or classify(target_name(node)) is not OpClass.ACTIVATION:
+        return None  # (`clamp.Tensor`: its bounds are tensors)
     args, kw = node.args, node.kwargs
     if name in ("relu", "relu_"):
         return 0.0, None

@@ -91,7 +91,7 @@ def _read_graph(a: Anchors, graph: fx.Graph, consts: Consts, region: str) -> set
         # the weight domain of a conv/linear, for rewritten weight tensors
         if len(dqs) > 1 and (d := _qdq(dqs[1], consts)) is not None:
             a.consts.setdefault(key, d)
-        if out is not None and name in activations.BOUNDED:
+        if out is not None and activations.bounds(n) is not None:
             if copy_chains.fuses_into_next_clamp(n):
                 continue  # FuseConsecutiveClampsPass: one CLAMP, with the next activation's
             lo, hi = copy_chains.fused_bounds(n)  # type: ignore[misc]
