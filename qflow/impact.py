@@ -411,8 +411,9 @@ def output_error(
                 err[name] = min(e + step, own[1], min(qhi, hi) - max(qlo, lo) + step) if e else 0.0
             elif v.op_class is OpClass.COMPUTE:  # an unrounded result
                 pre[name], grid[name], err[name] = e, None, e
-            else:  # a copy or clamp of rounded values: codes at most as far apart as its input's
-                pre[name], grid[name], err[name] = max(pre[p] for p in reached), grid[first], e
+            else:  # a copy or clamp of rounded values: codes at most as far apart as its input's (none, when
+                # a clamp pins both sides to one end: a folded partition's activation can be its output)
+                pre[name], grid[name], err[name] = (max(pre[p] for p in reached) if e else 0.0), grid[first], e
         if name in outputs or (not outputs and not g._succ[name]):  # an output (a sink, when none are known)
             gr = grid[name]
             lsb = pre[name] / gr[0] if gr is not None else (math.inf if pre[name] else 0.0)

@@ -289,6 +289,11 @@ def test_a_clamp_that_pins_both_sides_moves_nothing() -> None:
     assert below.output is None and below.within_rounding
     either = impact.output_error(dg, {"q1": 3.0}, backend={"q1": (-6.4, 6.35)})  # (a backend that may go positive)
     assert either.output == "dq2" and not either.within_rounding
+    # the clamp itself an output (a folded partition's activation returned as it is: no quantize after it)
+    dg.outputs = ["clamp"]
+    below = impact.output_error(dg, {"q1": 3.0}, backend={"q1": (-6.4, 0.0)})
+    assert below.output == "clamp" and below.lsb == 0.0
+    assert not impact.output_error(dg, {"q1": 3.0}, backend={"q1": (-6.4, 6.35)}).within_rounding
 
 
 def _row_of_one(
