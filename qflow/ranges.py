@@ -269,8 +269,6 @@ def _transfer(dg: DomainGraph, v: Value, ins: list[tuple[str, str, Interval]]) -
     name, cls = base_name(v.target), v.op_class
     ins = ins + [(SCALAR, lab, (c, c)) for lab, c in v.scalars or ()]
     own = domain_range(v.definition.domain) if v.definition.kind is DefKind.FACT else None
-    if own is None and dg.form == "folded" and cls in (OpClass.PASSTHROUGH, OpClass.ACTIVATION):
-        own = domain_range(v.claim)  # (the requant the fold pass folded into a copy: the program clips there)
     if cls is OpClass.QUANTIZE and own is not None and ins:
         return _on_grid(_hull([i for _, _, i in ins]), v.definition.domain.scale, own)  # type: ignore[union-attr]
     if cls in (OpClass.DEQUANTIZE, OpClass.CONSTANT) and v.values is not None:
