@@ -500,7 +500,20 @@ def test_a_requant_that_rounds_both_sides_to_one_code_masks_a_dropped_requant(
     assert rec["qflow"]["lowered"]["verdict"] != "error", rec["qflow"]["lowered"]["findings"]
 
 
-@pytest.mark.parametrize("cid", ["00950-tx-arm-custom", "00610-tx-arm-custom", "00495-arm-custom"])
+def test_a_folded_round_trip_through_a_narrower_domain_stays_an_error(campaign: Any) -> None:
+    """02169-arm-custom (98 output LSB on the TOSA reference model): a view into an int16 domain whose range
+    ends at 1.6, then a hardtanh(0.2, 3) back into the view's int8 input domain. The program clips at 1.6, the
+    backend copies the codes up to 3.0: the round trip is weighed over the codes the view reads (its input's),
+    not over the values the program's requant leaves (a first build of the round trip, with the copy's range
+    clipped to the domain it claims, proved this partition)."""
+    import summary
+
+    rec = campaign("02169-arm-custom")
+    assert summary.truth(rec) == "miscompile", rec.get("err")
+    assert rec["qflow"]["folded"]["verdict"] == "error", rec["qflow"]["folded"]
+
+
+@pytest.mark.parametrize("cid", ["00950-tx-arm-custom", "00610-tx-arm-custom", "00495-arm-custom", "02159-arm-custom"])
 def test_a_folded_partition_weighs_its_dropped_requants_as_the_qdq_form_does(campaign: Any, cid: str) -> None:
     """Each Arm partition as the fold pass leaves it (analysed alone, as observe mode does) proves where the
     program before partitioning proves the same drop masked (issue #27, item 3). 00950 / 00610: the fold keeps
@@ -508,7 +521,8 @@ def test_a_folded_partition_weighs_its_dropped_requants_as_the_qdq_form_does(cam
     reals (as the Q/DQ form's dequantize gives them) the drop's error is bounded through the mul and the linear
     after it (unbounded before: an error). 00495: a slice into a finer domain, then a clamp back into the
     slice's input domain — the requant the fold drops and the one it keeps undo each other, weighed as a chain
-    (`bounds.copied_through`), as the Q/DQ form's requant-carried."""
+    (`bounds.copied_through`), as the Q/DQ form's requant-carried. 02159: a neg's dropped scale into a clamp that
+    pins both sides to its low end, the clamp itself the partition's output."""
     import summary
 
     rec = campaign(cid)
@@ -516,7 +530,7 @@ def test_a_folded_partition_weighs_its_dropped_requants_as_the_qdq_form_does(cam
     folded = rec["qflow"]["folded"]
     assert folded["verdict"] == "proved", folded
     parts = [p for k, p in folded.items() if k[0] == "p" and k[1:].isdigit()]
-    drops = [f for p in parts for f in p["findings"] if f["kind"] == "passthrough-domain-change"]
+    drops = [f for p in parts for f in p["findings"] if f["kind"] in ("passthrough-domain-change", "dropped-scale")]
     assert drops and all(f["severity"] == "info" for f in drops), drops
 
 

@@ -204,7 +204,11 @@ def _claim_round_trip(
         hops.append(d)
         clamps.append(clamp)
         cur = succs[0]
-    codes = _source_codes(dg, reads, src, ob.node, rng)  # (every code, where another violation lands upstream)
+    upstream = nx.ancestors(dg.g, ob.node)  # (every code, where another violation lands upstream)
+    landed_above = any(
+        x.obligation.node in upstream or (x.obligation.edge and x.obligation.edge[1] in upstream) for x in reads
+    )
+    codes = None if landed_above else reach(src, rng.get(preds[0]))  # (the codes the copy reads: its input's)
     eps = bounds.copied_through(src, hops, clamps, codes) if hops[-1] == src else None
     if eps is None:
         return None
