@@ -1024,7 +1024,10 @@ class Interpreter:
         value = self.a.pad_values.get(node or "")
         if len(op.inputs) > 2 and self.p.tensors[x].dtype.startswith("INT"):
             got = self.scalar(op.inputs[2])
-            if value is None or value == 0.0 or got is None or src.zp is None or src.scale is None:
+            if value is None and self._only_max_pooled(op.outputs[0]):  # (Arm's dilated max pool: measured exact)
+                low = CODE_RANGE.get(src.dtype, (None,))[0]
+                self.check(op, got == low, f"PAD pad_const is {got}; padding a max pool (as -inf) is code {low}")
+            elif value is None or value == 0.0 or got is None or src.zp is None or src.scale is None:
                 self.zp_check(op, "PAD pad_const", got, src, x)
             else:
                 doms = (src.domain(), self.a.node_in.get(node or ""))
@@ -1034,6 +1037,21 @@ class Interpreter:
         self.dom[op.outputs[0]] = src
         if x in self.why:
             self.why[op.outputs[0]] = self.why[x]
+
+    def _only_max_pooled(self, tensor: str) -> bool:
+        """Does every op that reads `tensor`, through copies, take a MAX_POOL2D of it? (Then no padded element
+        ever wins a window against a real one: the program's max pool pads with -inf.)"""
+        frontier, seen = [tensor], set()
+        while frontier:
+            t = frontier.pop()
+            if t in seen or len(seen) > 64:
+                return False
+            seen.add(t)
+            readers = self._cons.get(t, [])
+            if not readers or any(c.op not in _COPY and c.op != "MAX_POOL2D" for c in readers):
+                return False
+            frontier += [c.outputs[0] for c in readers if c.op != "MAX_POOL2D"]
+        return True
 
     def op_REDUCE_SUM(self, op: TosaOp) -> None:  # noqa: N802
         src = self.get(op.inputs[0])
