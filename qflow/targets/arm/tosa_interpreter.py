@@ -219,6 +219,8 @@ class Check:
         return f"TOSA {self.op} #{self.index} ({self.tensor}{node})"
 
 
+#: Copies that move elements without comparing them (a padded element stays one, or is sliced away).
+_LAYOUT = frozenset({"RESHAPE", "TRANSPOSE", "SLICE", "IDENTITY"})
 _COPY = {
     "RESHAPE",
     "TRANSPOSE",
@@ -1048,9 +1050,9 @@ class Interpreter:
                 return False
             seen.add(t)
             readers = self._cons.get(t, [])
-            if not readers or any(c.op not in _COPY and c.op != "MAX_POOL2D" for c in readers):
+            if not readers or any(c.op not in _LAYOUT and c.op != "MAX_POOL2D" for c in readers):
                 return False
-            frontier += [c.outputs[0] for c in readers if c.op != "MAX_POOL2D"]
+            frontier += [c.outputs[0] for c in readers if c.op in _LAYOUT]
         return True
 
     def op_REDUCE_SUM(self, op: TosaOp) -> None:  # noqa: N802
