@@ -56,8 +56,8 @@ def test_a_weight_read_as_codes_weighs_as_its_reals(programs) -> None:
 def test_each_integer_constant_is_dequantized_in_the_domain_its_readers_declare(programs) -> None:
     _, folded = programs
     gm = folded.graph_module
-    reals = constant_reals(gm, Consts(gm, folded))
     consts = Consts(gm, folded)
+    reals = constant_reals(gm, consts)
     readers = {n.name: n for n in gm.graph.nodes if n.op == "call_function"}
     linear = next(n for n in readers.values() if base_name(target_name(n)) == "linear")
     weight, bias = linear.args[1], linear.args[2]
