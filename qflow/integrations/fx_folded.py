@@ -12,6 +12,7 @@ from qflow.ir import activations
 from qflow.ir.fx_nodes import (
     Consts,
     arg_label,
+    dequantized,
     dtype_name,
     is_float,
     quant_args_domain,
@@ -47,24 +48,9 @@ def constant_reals(gm: fx.GraphModule, consts: Consts) -> dict[str, torch.Tensor
                 break
             declared.update(quant_args_domain(iq[i], user) for i in at)
         else:
-            if len(declared) == 1 and (real := _dequantized(t, declared.pop())) is not None:
+            if len(declared) == 1 and (real := dequantized(t, declared.pop())) is not None:
                 out[node.name] = real
     return out
-
-
-def _dequantized(codes: torch.Tensor, d: Domain) -> torch.Tensor | None:
-    """``scale * (codes - zero_point)``, per channel along the domain's axis; None when `d` does not fit `codes`."""
-    if d.is_float or d.opaque is not None:
-        return None
-    if d.axis is None:
-        return (codes.double() - float(d.zero_point)) * float(d.scale)  # type: ignore[arg-type]
-    if not -codes.dim() <= d.axis < codes.dim() or codes.shape[d.axis] != len(d.scale):  # type: ignore[arg-type]
-        return None
-    shape = [1] * codes.dim()
-    shape[d.axis] = -1
-    scale = torch.tensor(d.scale, dtype=torch.float64).reshape(shape)
-    zp = torch.tensor(d.zero_point, dtype=torch.float64).reshape(shape)
-    return (codes.double() - zp) * scale
 
 
 class FoldedReading:

@@ -30,8 +30,9 @@ BOUNDED = frozenset({"relu", "relu_", "relu6", "hardtanh", "hardtanh_", "clamp",
 def bounds(node: fx.Node) -> tuple[float | None, float | None] | None:
     """The real clamp interval of an activation node, or None if it is not one."""
 
-    name = base_name(target_name(node))
-    if name not in BOUNDED or classify(target_name(node)) is not OpClass.ACTIVATION:
+    target = target_name(node)
+    name = base_name(target)
+    if name not in BOUNDED or classify(target) is not OpClass.ACTIVATION:
         return None  # (`clamp.Tensor`: its bounds are tensors)
     args, kw = node.args, node.kwargs
     if name in ("relu", "relu_"):

@@ -364,6 +364,22 @@ def quant_args_domain(qa: Any, node: fx.Node) -> Domain:
         raise InputError(f"malformed quantization parameters {qa!r}: {e}", node.name) from e
 
 
+def dequantized(codes: torch.Tensor, d: Domain) -> torch.Tensor | None:
+    """``scale * (codes - zero_point)`` in float64, per channel along the domain's axis; None when `d` has no
+    numbers for it (float, opaque) or its channels do not fit `codes`."""
+    if d.is_float or d.opaque is not None:
+        return None
+    if d.axis is None:
+        return (codes.double() - float(d.zero_point)) * float(d.scale)  # type: ignore[arg-type]
+    if not -codes.dim() <= d.axis < codes.dim() or codes.shape[d.axis] != len(d.scale):  # type: ignore[arg-type]
+        return None
+    shape = [1] * codes.dim()
+    shape[d.axis] = -1
+    scale = torch.tensor(d.scale, dtype=torch.float64).reshape(shape)
+    zp = torch.tensor(d.zero_point, dtype=torch.float64).reshape(shape)
+    return (codes.double() - zp) * scale
+
+
 def tensor_args(node: fx.Node) -> Iterator[tuple[int, int | None, fx.Node]]:
     """(arg position, list index or None, node) for each node in args."""
     for i, a in enumerate(node.args):

@@ -204,11 +204,8 @@ def _claim_round_trip(
         hops.append(d)
         clamps.append(clamp)
         cur = succs[0]
-    upstream = nx.ancestors(dg.g, ob.node)  # (every code, where another violation lands upstream)
-    landed_above = any(
-        x.obligation.node in upstream or (x.obligation.edge and x.obligation.edge[1] in upstream) for x in reads
-    )
-    codes = None if landed_above else reach(src, rng.get(preds[0]))  # (the codes the copy reads: its input's)
+    # (the codes the copy reads, its input's; every code, where another violation lands upstream)
+    codes = None if _landed_upstream(dg, reads, ob.node) else reach(src, rng.get(preds[0]))
     eps = bounds.copied_through(src, hops, clamps, codes) if hops[-1] == src else None
     if eps is None:
         return None
@@ -247,12 +244,18 @@ def _source_codes(
 ) -> tuple[int, int] | None:
     """The codes of `src` a chain starting at op `start` reads (the program's), or None (every code)
     when another violation lands upstream of it: then the backend's codes there are not the program's."""
-    upstream = nx.ancestors(dg.g, start)
-    if any(r.obligation.node in upstream or (r.obligation.edge and r.obligation.edge[1] in upstream) for r in reads):
+    if _landed_upstream(dg, reads, start):
         return None
     v = dg.value(start)
     first = dg.producer(start, "args[0]") if v.op_class is OpClass.ACTIVATION else start
     return reach(src, rng.get(first)) if first is not None else None
+
+
+def _landed_upstream(dg: DomainGraph, reads: list[Read], node: str) -> bool:
+    """Does one of the violations `reads` land upstream of `node`? Then the backend's codes there are not the
+    program's."""
+    upstream = nx.ancestors(dg.g, node)
+    return any(r.obligation.node in upstream or (r.obligation.edge and r.obligation.edge[1] in upstream) for r in reads)
 
 
 def reach(d: Domain | None, r: Interval | None) -> tuple[int, int] | None:

@@ -24,7 +24,7 @@ import torch.fx as fx
 
 from qflow.domain import Domain
 from qflow.ir.copy_chains import real_range
-from qflow.ir.fx_nodes import Consts, qdq_domain, quant_args_domain, target_name
+from qflow.ir.fx_nodes import Consts, dequantized, qdq_domain, quant_args_domain, target_name
 from qflow.ops import OpClass, base_name, classify
 from qflow.targets.arm.rescale_fusion import SkippedRequant
 
@@ -99,15 +99,8 @@ class OperandReader:
         if not isinstance(a, fx.Node):
             return None
         if classify(target_name(a)) is OpClass.DEQUANTIZE and isinstance(a.args[0], fx.Node):
-            codes, d = self.consts.tensor(a.args[0]), qdq_domain(a, self.consts)
-            if codes is None or d.is_float or d.opaque:
-                return None
-            scale, zp = torch.tensor(d.scale, dtype=torch.float64), torch.tensor(d.zero_point, dtype=torch.float64)
-            if d.per_channel:
-                shape = [1] * codes.dim()
-                shape[d.axis or 0] = -1
-                scale, zp = scale.reshape(shape), zp.reshape(shape)
-            return (codes.to(torch.float64) - zp) * scale
+            codes = self.consts.tensor(a.args[0])
+            return dequantized(codes, qdq_domain(a, self.consts)) if codes is not None else None
         t = self.consts.tensor(a)
         return t.to(torch.float64) if t is not None and t.is_floating_point() else None
 
