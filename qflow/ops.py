@@ -30,14 +30,14 @@ class OpClass(enum.Enum):
 
 _PASSTHROUGH = """
 cat concat concatenate stack view view_copy _unsafe_view reshape permute permute_copy
-transpose transpose_copy t t_copy squeeze squeeze_copy unsqueeze unsqueeze_copy slice
+transpose transpose_copy t t_copy numpy_T squeeze squeeze_copy unsqueeze unsqueeze_copy slice
 slice_copy select select_copy expand expand_copy flatten clone contiguous alias
 alias_copy detach detach_copy detach_ split split_copy split_with_sizes
 split_with_sizes_copy chunk unbind unbind_copy getitem max_pool2d max_pool1d
 max_pool3d max_pool2d_with_indices adaptive_max_pool2d repeat tile flip
 pixel_shuffle pixel_unshuffle index_select gather index unfold unfold_copy
 unflatten movedim moveaxis amax amin dropout _clone_dim_order
-lift_fresh_copy constant_pad_nd pad as_strided_copy narrow roll where masked_fill index_put index_put_
+lift_fresh_copy constant_pad_nd pad as_strided_copy narrow roll where masked_fill index_put index_put_ copy copy_
 """.split()
 _PASSTHROUGH.append("GATHER")  # (tosa.GATHER: Arm's passes make a gather one before the fold; it copies codes)
 
@@ -48,7 +48,8 @@ conv1d conv2d conv3d convolution conv_transpose1d conv_transpose2d linear matmul
 addmm baddbmm add add_ sub sub_ mul mul_ div div_ rsub neg abs softmax _softmax
 log_softmax _log_softmax mean sum avg_pool2d avg_pool1d adaptive_avg_pool2d
 adaptive_avg_pool1d sigmoid tanh exp log sqrt rsqrt pow reciprocal gelu silu
-hardswish hardsigmoid leaky_relu elu erf sin cos asin acos atan atanh layer_norm
+hardswish hardsigmoid leaky_relu elu erf erfinv sin cos tan sinh cosh asin acos atan atanh asinh acosh
+expm1 log2 log10 log1p ceil floor round trunc remainder layer_norm
 group_norm rms_norm batch_norm native_layer_norm native_group_norm
 _native_batch_norm_legit_no_training _native_batch_norm_legit upsample_nearest2d
 upsample_bilinear2d maximum minimum var var_mean prelu
@@ -101,9 +102,11 @@ MULTI_INPUT_IDENTITY = frozenset({"cat", "concat", "concatenate", "stack"})
 ACCUMULATING = frozenset({"linear", "conv1d", "conv2d", "convolution", "matmul", "bmm", "mm", "addmm"})
 #: Ops that select codes from some of their arguments, by position: where's two
 #: branches share the output's domain, its condition (a bool mask) carries none; a
-#: maximum / minimum a target runs on codes (Cortex-M) picks each element from either.
+#: maximum / minimum a target runs on codes (Cortex-M) picks each element from either; copy(self, src)
+#: writes src's values into self's shape.
 SELECT_INPUTS: dict[str, tuple[int, ...]] = {
     "where": (1, 2), "index_put": (0, 2), "index_put_": (0, 2), "maximum": (0, 1), "minimum": (0, 1),
+    "copy": (1,), "copy_": (1,),
 }  # fmt: skip
 #: The argument positions of ops that take indices there (integer tensors that address data, never data).
 INDEX_ARGS: dict[str, tuple[int, ...]] = {

@@ -19,12 +19,23 @@ def _off(lsb: int) -> str:
 PROBED_OFF_INT16 = {
     "softmax": 2, "_softmax": 2, "exp": 240, "rsqrt": 20, "reciprocal": 119, "layer_norm": 4, "group_norm": 2,
     "log_softmax": 8283, "pow": 47, "log": 12, "scaled_dot_product_attention": 6,
+    # (2026-12-05: the Arm suite's other elementwise ops; a step function's int16 TABLE interpolates
+    # across its steps)
+    "atanh": 2, "acosh": 10, "sinh": 237, "cosh": 135, "tan": 18, "erfinv": 56, "expm1": 137, "log10": 6,
+    "ceil": 4064, "floor": 4064, "round": 4032, "remainder": 2755,
 }  # fmt: skip
 
 #: The int16 TABLE ops the probe measured exact and the transformer campaign did not.
 _CAMPAIGN_OFF = (
     "exact on the contract probe, but the transformer campaign (2026-11-25) found programs with it 3-11 output "
     "LSB off on the TOSA reference model, and its int16 TABLE interpolates more than 1 LSB off it on some codes"
+)
+
+#: The int16 TABLE ops the probe measured exact (2026-12-05) that no campaign has exercised yet.
+_TABLE_INT16 = (
+    "exact on the contract probe (1 LSB), but lowered as an int16 TABLE, which interpolates between 513 "
+    "entries: the transformer campaign found the int16 TABLE ops it exercised (sigmoid, tanh, gelu, silu) "
+    "exact on the probe and 3-11 output LSB off in programs"
 )
 
 
@@ -103,17 +114,21 @@ TARGET = Target(
             "abs adaptive_avg_pool2d add avg_pool2d bmm conv2d convolution cumsum elu exp gelu group_norm gt hardswish "
             "layer_norm leaky_relu linear log log_softmax matmul maximum mean minimum mul neg pow reciprocal rsqrt "
             "scaled_dot_product_attention sigmoid silu sin cos softmax _softmax sub sum tanh upsample_nearest2d "
-            "upsample_bilinear2d var".split()
+            "upsample_bilinear2d var "
+            # (2026-12-05, the Arm suite's other elementwise ops and mm / addmm: 0 LSB in every variant)
+            "acos asin atan atanh acosh asinh sinh cosh tan erf erfinv expm1 log10 log1p hardsigmoid ceil floor "
+            "round remainder mm addmm".split()
         ),
         "int16": frozenset(
             "abs adaptive_avg_pool2d add avg_pool2d bmm conv2d convolution gt hardswish leaky_relu linear "
-            "matmul maximum mean minimum mul neg sub sum upsample_bilinear2d upsample_nearest2d var".split()
+            "matmul maximum mean minimum mul neg sub sum upsample_bilinear2d upsample_nearest2d var mm addmm".split()
         ),
     },
     measured_off={
         "int16": {
             **{op: _off(lsb) for op, lsb in PROBED_OFF_INT16.items()},
             **dict.fromkeys(("sigmoid", "tanh", "gelu", "silu"), _CAMPAIGN_OFF),
+            **dict.fromkeys(("acos", "asin", "atan", "asinh", "erf", "log1p", "hardsigmoid"), _TABLE_INT16),
             "cumsum": "the stock a16w8 contract probe measured it refused at lowering (2026-11-27)",
         }
     },

@@ -48,7 +48,7 @@ TARGET = Target(
     # edge dialect's conv2d. The cortex_m kernels themselves are read and checked one by one.
     validated={
         "int8": frozenset(
-            "add sub mul conv2d convolution linear bmm sigmoid tanh gelu rsqrt silu log avg_pool2d "
+            "add sub mul conv2d convolution linear bmm sigmoid tanh gelu rsqrt silu log log10 log1p avg_pool2d "
             "adaptive_avg_pool2d mean maximum minimum".split()
         )
     },
