@@ -312,6 +312,19 @@ class DomainGraph:
                        arg="its lowering", finding_kind="unvalidated-lowering", targets=targets)
         )  # fmt: skip
 
+    def oblige_written_operand(self, node: str, op: str, weight: str, target: str) -> None:
+        """GEMM `node` multiplies by an activation (`weight`), and `target` leaves it on the CPU reading an
+        operand the delegate before it never writes (`Target.unwritten_gemm_weights`): an error."""
+        why = (f"{node} ({op}) multiplies by an activation ({weight}): {target} leaves it on the CPU and takes its "
+               "operands' dequantizes into the delegate before it, which never writes one of them (measured: "
+               "the GEMM reads an unwritten buffer)")  # fmt: skip
+        if node not in self.g:  # (an op the quantizer left unannotated has no value of its own yet)
+            self.add_value(Value(node, op, OpClass.COMPUTE, Definition(DefKind.FREE, reason="a GEMM on the CPU")))
+        self.oblige(
+            Obligation(ObligationKind.STRUCTURAL, node, node, finding_kind="unwritten-delegate-output", holds=False,
+                       targets=(target,), detail=why)
+        )  # fmt: skip
+
     def oblige_unbounded(self, node: str, arg: str, kind: str, reason: str, targets: tuple[str, ...]) -> None:
         """`node` reads its operand `arg` other than the program declares, by an amount qflow does
         not bound (on `targets`): a blocked stand-in makes what it computes unproven there, never

@@ -22,7 +22,7 @@ from qflow.graph import Definition, DefKind, DomainGraph, Obligation, Obligation
 from qflow.integrations import duplicate_users, observer_calibration
 from qflow.integrations.observer_calibration import Alike
 from qflow.ir.activations import BOUNDED
-from qflow.ir.fx_nodes import Consts, constant_nodes, dtype_name, removed_by_to_edge, target_name
+from qflow.ir.fx_nodes import Consts, constant_nodes, dtype_name, gemm_weight, removed_by_to_edge, target_name
 from qflow.ops import ACCUMULATING, OpClass, base_name, classify
 from qflow.ranges import COMPARISONS
 from qflow.solvers.prove import _UnionFind
@@ -160,6 +160,7 @@ class AnnotatedAdapter:
         self._min_max_before_calibration(anns)
         self._wide_accumulators_before_calibration(anns)
         self._ignored_variants()
+        self._written_gemm_operands()
         merging = tuple(t.name for t in self._members if t.merges_duplicate_users)
         merge_keys = duplicate_users.keys(self.gm) if twins and merging else {}
         for kept, merged in twins if merging else ():
@@ -327,6 +328,20 @@ class AnnotatedAdapter:
                     f"{v.max_error:.3g}, which the calibrated grids decide (analyze the converted program)"
                 )
                 self.dg.oblige_unbounded(at, f"{n.name}'s result", "ignored-op-variant", why, (t.name,))
+
+    def _written_gemm_operands(self) -> None:
+        """The annotated form of the Q/DQ reader's check (`Target.unwritten_gemm_weights`): a 2-D GEMM whose
+        weight operand the quantizer quantizes as an activation is left on the CPU reading an operand the
+        delegate before it never writes. (Observers of a prepared graph are stepped through.)"""
+        keys = self._keys()
+        for n in self.gm.graph.nodes:
+            for t in self._members:
+                w = gemm_weight(n, t.unwritten_gemm_weights)
+                while isinstance(w, fx.Node) and w.op == "call_module" and w.args and isinstance(w.args[0], fx.Node):
+                    w = w.args[0]
+                quantized = isinstance(w, fx.Node) and (self.out_key(w) in keys or self.in_key(n, w) in keys)
+                if quantized and w.op == "call_function":
+                    self.dg.oblige_written_operand(n.name, base_name(target_name(n)), w.name, t.name)
 
     def _activation_dtype(self, n: fx.Node, a: Any) -> str | None:
         """The dtype of the first annotated tensor input, in argument order (the activation, as

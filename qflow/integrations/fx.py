@@ -45,6 +45,7 @@ from qflow.ir.fx_nodes import (
     constant_nodes,
     detect_form,
     dtype_name,
+    gemm_weight,
     is_float,
     is_shape_scalar,
     module_path,
@@ -725,6 +726,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
             for i, j, a in tensor_args(node):
                 self._use(a, node, arg_label(i, j), FLOAT, True)
             self._oblige_measured(node, self._lowering_key(node))
+            self._oblige_written_gemm_operands(node)
             return
         if cls is OpClass.UNKNOWN and self._computes_on_reals(node):
             self._add_cpu_float(node, OpClass.COMPUTE)
@@ -815,6 +817,17 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
                 f"{t.name}: {w}" for t in self._members if t.name in unmeasured and (w := t.measured_off_by(op, dtype))
             )
             self.dg.oblige_measured_lowering(node.name, target_name(node), how, unmeasured, measured or None)
+
+    def _oblige_written_gemm_operands(self, node: fx.Node) -> None:
+        """A 2-D GEMM whose weight operand is an activation's dequantize, which a member target leaves on the
+        CPU reading an operand its delegate never writes (`Target.unwritten_gemm_weights`): measured wrong."""
+        for t in self._members:
+            w = gemm_weight(node, t.unwritten_gemm_weights)
+            if w is None or self._op_class(w) is not OpClass.DEQUANTIZE:
+                continue
+            if not (isinstance(q := w.args[0], fx.Node) and self._op_class(q) is OpClass.QUANTIZE):
+                continue  # (a constant weight's codes: the partitioner lowers the GEMM itself)
+            self.dg.oblige_written_operand(node.name, base_name(target_name(node)), w.name, t.name)
 
     def _add_cpu_float(self, node: fx.Node, cls: OpClass) -> None:
         """Outside the delegates of a lowered program nothing is lowered any

@@ -120,6 +120,9 @@ class DelegateReading:
         found = self._delegate_output(node)
         assert found is not None
         call, out = found
+        if not out.written:
+            self._add_unwritten_output(node, call, out)
+            return
         if out.domain is None:
             d = Definition(DefKind.FREE, blocking=True, reason=f"{call} output {out.index} has no recorded domain")
         else:
@@ -148,6 +151,22 @@ class DelegateReading:
                 ),
             )
         )
+
+    def _add_unwritten_output(self, node: fx.Node, call: str, out: delegate.BoundaryOutput) -> None:
+        """A delegate output its backend artifact never writes: the program reads what the buffer held."""
+        why = (f"delegate {call} output {out.index} (partition node {out.partition_node}): the backend artifact "
+               f"({out.artifact}) writes no tensor to it: the program reads whatever the buffer held")  # fmt: skip
+        dt = val_dtype(node)
+        real = dt is not None and dt.is_floating_point
+        self._value(node, OpClass.DELEGATE, Definition(DefKind.FACT, FLOAT, real=True) if real else
+                    Definition(DefKind.FREE, reason=why))  # fmt: skip
+        self._link_delegate_output(node)
+        # (reported at the op that reads it: where in the model it is)
+        at = next((u.name for u in node.users if u.op == "call_function"), node.name)
+        self.dg.oblige(
+            Obligation(kind=ObligationKind.STRUCTURAL, node=at, value=node.name, edge=(call, node.name),
+                       finding_kind="unwritten-delegate-output", holds=False, detail=why)
+        )  # fmt: skip
 
     def _boundary_use(
         self, call: fx.Node, ph: str, b: delegate.BoundaryInput, arg: fx.Node, reads: Domain | None

@@ -421,17 +421,28 @@ class _Builder:
             self.unread_constants(call_name, d, [i for k, i in enumerate(ins) if k not in read], io.float_weights)
             ins = [i for k, i in enumerate(ins) if k in read]
             io.inputs = [read[k] for k in sorted(read)]
+        positions = io.output_args if io.output_args is not None else list(range(len(outs)))
         for side, have, want in (("inputs", ins, io.inputs), ("outputs", outs, io.outputs)):
-            if want is not None and len(want) != len(have):
+            if want is not None and len(want) != len(have if side == "inputs" else positions):
                 raise InputError(
                     f"delegate {di} ({d.backend_id}) is called with {len(have)} {side}, but its payload "
                     f"({io.artifact}) has {len(want)}",
                     self._where(call),
                 )
+        if len(set(positions)) != len(positions) or not all(0 <= a < len(outs) for a in positions):
+            raise InputError(
+                f"delegate {di} ({d.backend_id}) is called with {len(outs)} outputs, but its payload "
+                f"({io.artifact}) writes outputs {positions}",
+                self._where(call),
+            )
+        written = dict(zip(positions, io.outputs, strict=True)) if io.outputs is not None else None
         for k, i in enumerate(ins):
             self.delegate_input(call_name, d, k, i, io)
         for k, i in enumerate(outs):
-            self.delegate_output(call_name, d, k, i, io)
+            if written is not None and k not in written:
+                self.unwritten_output(call_name, d, k, i, io)
+            else:
+                self.delegate_output(call_name, d, k, i, io, None if written is None else written[k])
 
     def unread_constants(self, call: str, d: Delegate, unread: list[int], weights: tuple[tuple[int, ...], ...]) -> None:
         """Constant tensors the delegate is passed and its payload never reads: what they hold (a
@@ -522,14 +533,32 @@ class _Builder:
             )
         )
 
-    def delegate_output(self, call: str, d: Delegate, k: int, idx: int, io: PayloadIO) -> None:
+    def unwritten_output(self, call: str, d: Delegate, k: int, idx: int, io: PayloadIO) -> None:
+        """A delegate output no payload output writes: what it holds is whatever the buffer held."""
+        name = f"{call}/output_{k}"
+        why = (f"delegate {d.index} ({d.backend_id}) output {k}: its payload ({io.artifact}) writes no tensor "
+               f"to it, so the program reads whatever the buffer held before")  # fmt: skip
+        declared = self.ev(idx).dtype or "?"
+        held = float_fact() if declared.startswith(("float", "bfloat")) else Definition(DefKind.FREE, reason=why)
+        self.add(idx, name, f"delegate {d.index} ({d.backend_id}) output {k}", OpClass.DELEGATE, held)
+        self.dg.add_use(call, name, f"output {k}")
+        on = (owner.name,) if (owner := targets.for_backend(d.backend_id)) is not None else ()
+        self.dg.oblige(
+            Obligation(ObligationKind.STRUCTURAL, name, name, edge=(call, name), holds=False, targets=on,
+                       finding_kind="unwritten-delegate-output", detail=why)
+        )  # fmt: skip
+
+    def delegate_output(
+        self, call: str, d: Delegate, k: int, idx: int, io: PayloadIO, written: tuple[str, Domain | None] | None
+    ) -> None:
+        """Output `k` of a delegate call, as its payload writes it (`written`; None: no reader)."""
         declared = self.ev(idx).dtype or "?"
         name = f"{call}/output_{k}"
-        if io.outputs is None:
+        if written is None:
             produced, dom, where = declared, None, f"the program (no {d.backend_id} reader checks it)"
             reason = f"{d.backend_id} delegate output {k}: qflow has no reader for this payload"
         else:
-            produced, dom = io.outputs[k]
+            produced, dom = written
             where = f"the backend artifact ({io.artifact})"
             reason = f"delegate {d.index} output {k}: {io.unknown_domain}"
         if produced.startswith(("float", "bfloat")):

@@ -51,6 +51,7 @@ class BoundaryOutput:
     backend_dtype: str | None = None  # what the backend artifact writes, when readable
     folded_dtype: str | None = None  # what the partition outputs after the backend's own fold pass
     artifact: str = ""  # where backend_dtype was read
+    written: bool = True  # False: the backend artifact writes nothing to this output
 
     @property
     def produced_dtype(self) -> str:

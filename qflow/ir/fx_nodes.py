@@ -8,7 +8,7 @@ Knows no backend and builds no domain graph: the toolkit under `qflow.integratio
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -134,6 +134,16 @@ def static_shape(v: Any) -> tuple[int, ...] | None:
     if shape is None or not all(isinstance(d, int) for d in shape):
         return None
     return tuple(shape)
+
+
+def gemm_weight(node: fx.Node, weights: Mapping[str, int]) -> fx.Node | None:
+    """The weight operand of `node` when it is a 2-D GEMM listed in `weights` (op base name → its weight's
+    argument position; a batched matmul, lowered as a bmm, is not one)."""
+    k = weights.get(base_name(target_name(node))) if node.op == "call_function" else None
+    w = node.args[k] if k is not None and k < len(node.args) else None
+    if not isinstance(w, fx.Node) or ((shape := static_shape(val_of(node))) is not None and len(shape) != 2):
+        return None
+    return w
 
 
 SLICES = frozenset({"slice", "slice_copy"})

@@ -33,6 +33,9 @@ class PayloadIO:
     #: None: the k-th). An argument no input reads (a lifted weight the payload holds as its
     #: own constant) is not the backend's to read.
     input_args: list[int] | None = None
+    #: For each payload output, the delegate call output it writes (XNNPACK's external ids past the
+    #: inputs; None: the k-th). A call output no payload output writes is never written.
+    output_args: list[int] | None = None
     #: The shapes of the float weights the payload multiplies as constants (XNNPACK fully-connected
     #: filters): an unread argument that tiles one (its scales per channel or per group) was dropped.
     float_weights: tuple[tuple[int, ...], ...] = ()

@@ -377,6 +377,18 @@ KINDS: dict[str, Kind] = {
             "linear), or quantize with a config the backend runs (8da4w / 8da8w on XNNPACK).",
         ),
         Kind(
+            "unwritten-delegate-output",
+            "error",
+            "a delegate output its payload never writes",
+            "The delegate call returns a tensor that no output of the backend's payload writes: the program "
+            "reads whatever that buffer held before (zeros, or a stale tensor). Measured, ExecuTorch 1.5.1: "
+            "XNNPACK's partitioner keeps a quantized linear's output codes inside the delegate for an mm it "
+            "then leaves on the CPU, so the delegate's first output is never written and the mm reads zeros "
+            "(stock XNNPACKQuantizer, `mm(q(x), k(x))`), with no error.",
+            "Keep the consumer in the delegate or out of the quantized region (for the mm: `q(x) @ k(x).T` is "
+            "lowered right), or lower that part to another backend.",
+        ),
+        Kind(
             "float-weight-codes",
             "info",
             "a weight-only quantized layer a .pte computes in float",

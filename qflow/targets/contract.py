@@ -133,6 +133,11 @@ class Target:
     #: tests/test_control_flow.py). A body that writes a variable back in another domain miscomputes
     #: from the second iteration on, though the program, which carries reals, is consistent.
     carries_loop_codes: bool = False
+    #: GEMM ops (by base name → the argument position of their weight) the partitioner leaves on the
+    #: CPU when that operand is a dequantized activation, after taking the dequantizes of their operands
+    #: into a delegate that never writes one of them: the op reads an unwritten buffer (XNNPACK,
+    #: ExecuTorch 1.5.1, measured: an mm of two quantized activations). A program with one is an error.
+    unwritten_gemm_weights: Mapping[str, int] = field(default_factory=dict)
     #: Ops whose variant (an argument's value) the backend ignores, by op base name: it computes the
     #: default variant instead (measured; `integrations.ignored_variants`).
     ignored_variants: Mapping[str, IgnoredVariant] = field(default_factory=dict)

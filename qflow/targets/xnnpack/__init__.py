@@ -51,6 +51,11 @@ TARGET = Target(
         # sit between a dequantize and a quantize; otherwise see float_unless_qdq.
     },
     float_unless_qdq=True,
+    # Measured on the runtime (tests/test_unwritten_delegate_output.py, 2026-12-05): the partitioner's mm /
+    # addmm config takes an mm's operand dequantizes into the delegate before it, then leaves the mm of two
+    # activations on the CPU, and the payload writes none of the first operand's reals: the mm reads an
+    # unwritten buffer (stock XNNPACKQuantizer, mm(q(x), k(x)): the whole output range off; 9 of 9 shapes).
+    unwritten_gemm_weights={"mm": 1, "addmm": 2, "matmul": 1},
     delegated_min_inputs={"cat": 2, "concat": 2, "concatenate": 2},
     fusion=Fusion.CODE_CLAMP,
     backend_ids=frozenset({"XnnpackBackend"}),
@@ -66,7 +71,8 @@ TARGET = Target(
     refused_dtypes=frozenset({"int16"}),
     validated={
         "int8": frozenset(
-            "abs adaptive_avg_pool2d add avg_pool2d bmm conv2d convolution exp gelu group_norm hardswish "
+            "abs adaptive_avg_pool2d add avg_pool2d bmm ceil conv2d convolution exp floor gelu group_norm hardsigmoid "
+            "hardswish "
             "layer_norm leaky_relu linear log matmul maximum mean minimum mul neg rms_norm rsqrt "
             "scaled_dot_product_attention sigmoid silu softmax _softmax sub tanh upsample_bilinear2d".split()
         ),

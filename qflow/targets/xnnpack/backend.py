@@ -22,6 +22,7 @@ def read_payload(d: Delegate, fed: list[str], declared: list[str]) -> PayloadIO:
         xnn.domain_graph(g),
         "the XNNPACK tensor has no quantization parameters",
         input_args=[g.values[i].external_id for i in g.input_ids],
+        output_args=[g.values[i].external_id - len(fed) for i in g.output_ids],
         float_weights=tuple(
             g.values[n.inputs[1]].dims
             for n in g.nodes
@@ -31,6 +32,23 @@ def read_payload(d: Delegate, fed: list[str], declared: list[str]) -> PayloadIO:
             and g.values[n.inputs[1]].dtype == "float32"
         ),  # fmt: skip
     )
+
+
+def refine_boundaries(lowered: Any, inputs: list[Any], outputs: list[Any]) -> None:
+    """What an XNNPACK delegate really reads and writes: its payload's external tensors, by external id
+    (the runtime binds id k to the k-th call argument, inputs first, then outputs)."""
+    g = xnn.read_payload(bytes(lowered.processed_bytes))
+    read = {g.values[i].external_id: g.values[i] for i in g.input_ids}
+    written = {g.values[i].external_id - len(inputs): g.values[i] for i in g.output_ids}
+    for b in inputs:
+        if (v := read.get(b.index)) is not None:
+            b.backend_dtype, b.artifact = v.dtype, "XNNPACK flatbuffer"
+    for b in outputs:
+        b.artifact = "XNNPACK flatbuffer"
+        if (v := written.get(b.index)) is not None:
+            b.backend_dtype = v.dtype
+        else:
+            b.written = False
 
 
 def add_artifact_evidence(dg: Any, gm: Any, call: Any, lowered: Any, prefix: str, reference: Any = None) -> None:
