@@ -382,9 +382,9 @@ KINDS: dict[str, Kind] = {
             "a delegate output its payload never writes",
             "The delegate call returns a tensor that no output of the backend's payload writes: the program "
             "reads whatever that buffer held before (zeros, or a stale tensor). Measured, ExecuTorch 1.5.1: "
-            "XNNPACK's partitioner keeps a quantized linear's output codes inside the delegate for an mm it "
-            "then leaves on the CPU, so the delegate's first output is never written and the mm reads zeros "
-            "(stock XNNPACKQuantizer, `mm(q(x), k(x))`), with no error.",
+            "XNNPACK's partitioner takes the dequantizes of an mm's two activation operands into the delegate "
+            "before it and leaves the mm on the CPU; the payload never writes the first operand, so the mm reads "
+            "zeros (stock XNNPACKQuantizer, `mm(q(x), k(x))`), with no error.",
             "Keep the consumer in the delegate or out of the quantized region (for the mm: `q(x) @ k(x).T` is "
             "lowered right), or lower that part to another backend.",
         ),
