@@ -349,8 +349,12 @@ class DomainGraph:
         for ob in self.obligations:
             if ob.kind is ObligationKind.USE and ob.expected is not None and not ob.expected.is_float:
                 first.setdefault(ob.value, ob)
+        quantized = self.quantized()
         for v in inputs:
             ob = first.get(v.name)
+            if ob is None and not quantized:  # (no codes anywhere: the integers PyTorch computes with, exact reals)
+                v.definition = float_fact()
+                continue
             if ob is None:  # (its domain is set outside: what depends on it is unproven, never violated)
                 why = f"{what} {v.name} with no declared use"
                 v.definition = Definition(DefKind.FREE, blocking=True, reason=why, blocks_as="missing-domain")

@@ -53,7 +53,8 @@ expm1 log2 log10 log1p ceil floor round trunc remainder layer_norm
 group_norm rms_norm batch_norm native_layer_norm native_group_norm
 _native_batch_norm_legit_no_training _native_batch_norm_legit upsample_nearest2d
 upsample_bilinear2d maximum minimum var var_mean prelu
-eq ne lt le gt ge bitwise_and bitwise_or logical_and logical_or logical_not
+eq ne lt le gt ge bitwise_and bitwise_or bitwise_xor bitwise_not bitwise_left_shift bitwise_right_shift
+__and__ __or__ __xor__ __lshift__ __rshift__ logical_and logical_or logical_not
 argmax argmin topk sort embedding scaled_dot_product_attention cumsum
 grid_sampler grid_sampler_2d col2im im2col
 """.split()

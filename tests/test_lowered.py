@@ -281,22 +281,43 @@ class SliceScatter(torch.nn.Module):
         return torch.slice_scatter(x, y, dim=1, start=0, end=4)
 
 
-def test_a_cat_of_integer_inputs_nothing_declares_is_unproven_not_an_error() -> None:
-    """The Arm suite's int8 / int32 `slice_scatter` and `index_put` tests (`--qflow-observe`, 2026-11-27):
-    plain integer inputs nothing quantizes, which the lowering cats. Each input was a free domain, so two
-    of them "could differ" and the cat was a mixed-input-domains error, on programs the TOSA reference
-    model runs right. Nothing in the graph says what they are: unproven (`missing-domain`)."""
+class BitwiseAnd(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.bitwise_and(x, y)
+
+
+@pytest.mark.parametrize("model", [SliceScatter, BitwiseAnd], ids=lambda m: m.__name__)
+def test_integer_inputs_nothing_quantizes_are_integer_data(model: type[torch.nn.Module]) -> None:
+    """The Arm suite's int8 / int32 `slice_scatter`, `index_put` and bitwise tests (`--qflow-observe`): plain
+    integer inputs nothing quantizes, which the lowering cats or ands. Read as free domains, two of them "could
+    differ" and the cat was a mixed-input-domains error (2026-11-27); then unproven (`missing-domain`). Where no
+    value of the program is quantized they are the integers PyTorch computes with (scale 1, zero point 0):
+    nothing to prove, in every form, and the TOSA reference model computes the program."""
     from qflow.targets.arm import pipeline as arm
 
     x = (torch.randint(-128, 127, (3, 8), dtype=torch.int8), torch.randint(-128, 127, (3, 4), dtype=torch.int8))
-    gm = arm.quantize(SliceScatter(), x)
+    if model is BitwiseAnd:
+        x = (x[0], x[0].flip(0))
+    gm = arm.quantize(model(), x)
     with arm.capture_after() as parts:
         lowered = arm.lower(torch.export.export(gm, x), x)
     assert torch.equal(arm.run_tosa_reference(lowered, x)[0], gm(*x))
-    for program in (*parts, lowered):
+    for program in (gm, *parts, lowered):
         report = qflow.analyze(program, target="arm-tosa")
-        assert report.status == "unproven", str(report)
-        assert {f.kind for f in report.findings} == {"missing-domain"}, str(report)
+        assert report.status == "nothing-quantized" and not report.findings, str(report)
+
+
+def test_an_integer_input_a_quantized_program_does_not_declare_stays_unproven() -> None:
+    """Beside quantized values an undeclared integer input may be codes whose domain is set outside."""
+    from qflow.targets.arm import pipeline as arm
+
+    class Both(torch.nn.Module):
+        def forward(self, x: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return torch.relu(x) * 2, torch.bitwise_and(n, n.flip(0))
+
+    x = (torch.randn(3, 8), torch.randint(-128, 127, (3, 8), dtype=torch.int8))
+    report = qflow.analyze(arm.quantize(Both(), x), target="arm-tosa")
+    assert report.status == "unproven" and {f.kind for f in report.findings} == {"missing-domain"}, str(report)
 
 
 class Gather(torch.nn.Module):

@@ -240,6 +240,9 @@ _INT32_ARITHMETIC = {"ADD", "SUB", "MUL", "REDUCE_SUM", "ABS", "MAXIMUM", "MINIM
 _COMPARE = {"EQUAL", "GREATER", "GREATER_EQUAL"}
 _CONV = {"CONV2D", "DEPTHWISE_CONV2D", "TRANSPOSE_CONV2D", "CONV3D"}
 _NO_DATA = {"CONST", "CONST_SHAPE"}
+#: Ops on the bits of integers: integer data in, integer data out; on codes they have no real meaning.
+_BITWISE = {"BITWISE_AND", "BITWISE_OR", "BITWISE_XOR", "BITWISE_NOT", "LOGICAL_LEFT_SHIFT", "LOGICAL_RIGHT_SHIFT",
+            "ARITHMETIC_RIGHT_SHIFT"}  # fmt: skip
 _AFFINE = {"ADD", "SUB", "MUL"}
 _FLOAT = {"FP32", "FP16", "BF16"}
 
@@ -640,6 +643,8 @@ class Interpreter:
             self.conv(op)
         elif handler is not None:
             handler(op)
+        elif op.op in _BITWISE and all(self.get(i).raw for i in op.inputs):
+            self.dom[op.outputs[0]] = Dom(self.out_dtype(op), 1.0, 0, raw=True)
         elif op.op not in _NO_DATA:
             for o in op.outputs:
                 self.unknown(o, self.out_dtype(op), f"TOSA {op.op} #{op.index} is not interpreted by qflow")
