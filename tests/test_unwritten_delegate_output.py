@@ -16,8 +16,7 @@ import torch
 from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
 import qflow
-
-xnnpack = pytest.importorskip("qflow.targets.xnnpack.pipeline")
+from qflow.targets.xnnpack import pipeline as xnnpack
 
 KIND = "unwritten-delegate-output"
 

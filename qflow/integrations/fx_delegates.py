@@ -9,7 +9,7 @@ import torch.fx as fx
 from qflow import targets
 from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
-from qflow.graph import RETURNED, Definition, DefKind, DomainGraph, Obligation, ObligationKind
+from qflow.graph import RETURNED, Definition, DefKind, DomainGraph, Obligation, ObligationKind, float_fact
 from qflow.ir import delegate
 from qflow.ir.fx_nodes import arg_label, dtype_name, target_name, tensor_args, val_dtype, val_of
 from qflow.ops import OpClass, base_name
@@ -158,8 +158,7 @@ class DelegateReading:
                f"({out.artifact}) writes no tensor to it: the program reads whatever the buffer held")  # fmt: skip
         dt = val_dtype(node)
         real = dt is not None and dt.is_floating_point
-        self._value(node, OpClass.DELEGATE, Definition(DefKind.FACT, FLOAT, real=True) if real else
-                    Definition(DefKind.FREE, reason=why))  # fmt: skip
+        self._value(node, OpClass.DELEGATE, float_fact() if real else Definition(DefKind.FREE, reason=why))
         self._link_delegate_output(node)
         # (reported at the op that reads it: where in the model it is)
         at = next((u.name for u in node.users if u.op == "call_function"), node.name)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 
 from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
@@ -175,9 +176,13 @@ def _fields(obj: object) -> dict[str, object]:
 
 
 def read_payload(payload: bytes) -> XnnGraph:
-    """Parse an XNNPACK delegate payload."""
+    """Parse an XNNPACK delegate payload (cached: its boundaries and its artifact check read the same one)."""
+    return _parsed(bytes(payload))
 
-    fb = flatbuffer_of(bytes(payload))
+
+@lru_cache(maxsize=16)
+def _parsed(payload: bytes) -> XnnGraph:
+    fb = flatbuffer_of(payload)
     try:
         g = table(_NS, "XNNGraph").GetRootAs(fb, 0)
         value_types = union_names(_NS, "XValueUnion")
