@@ -87,6 +87,8 @@ class Dom:
     tol: float = 1e-6  # relative error the integer parameters on the path allow
     raw: bool = False  # plain integer data (no quantization anywhere): real = code
     narrow: str | None = None  # a wide (int32/int48) tensor's values came from this 8/16-bit dtype
+    #: every code is `zp` (a RESCALE by 0): the values it stood for are within ± this (real units) of 0
+    zero_within: float | None = None
 
     def domain(self) -> Domain | None:
         if self.scale is None or self.zp is None:
@@ -306,6 +308,10 @@ def _close(a: Scale, b: Scale, tol: float) -> bool:
 
 def _uniform(s: tuple[float, ...], tol: float) -> Scale:
     return s[0] if all(math.isclose(x, s[0], rel_tol=tol) for x in s) else s
+
+
+def _as_tuple(s: Scale) -> tuple[float, ...]:
+    return s if isinstance(s, tuple) else (s,)
 
 
 def _mul(a: Scale, b: Scale) -> Scale:
@@ -772,6 +778,8 @@ class Interpreter:
         doms = [(i, d) for i, d in doms if self.p.tensors[i].dtype != "BOOL"]
         if op.op == "SELECT":
             doms = doms[1:]
+        zeros = [(i, d) for i, d in doms if d.zero_within is not None]
+        doms = [(i, d) for i, d in doms if d.zero_within is None] or doms
         raw = next((d for _, d in doms if d.raw), None)
         if raw is not None:  # a constant next to plain integer data is plain integer data too
             doms = [(i, raw if d.scale is None and self._is_const(i, through_copies=True) else d) for i, d in doms]
@@ -786,6 +794,8 @@ class Interpreter:
                 span = None if None in spans else max(spans)  # type: ignore[type-var]
                 ok = d.zp == first.zp and _scale_ok(d.scale, first.scale, max(d.tol, first.tol), span)
                 self.check(op, ok, f"inputs must share one domain: {first_name} is in {first}, {name} in {d}", d, first)
+        for name, z in zeros if doms[0][1].zero_within is None else ():
+            self._added_zero(op, name, z, first_name, first)
         if out is not None:
             self.dom[out] = replace_dtype(first, self.out_dtype(op))
             if first_name in self.why:
@@ -793,6 +803,19 @@ class Interpreter:
         else:
             for o in op.outputs:
                 self.dom[o] = Dom("bool", 1.0, 0)
+
+    def _added_zero(self, op: TosaOp, name: str, z: Dom, first_name: str, first: Dom) -> None:
+        """`name` holds the zero a RESCALE by 0 wrote in place of values up to `z.zero_within`: within the rounding
+        of `first`'s grid (half a code, as any RESCALE onto it) when those values are, an error when they are not."""
+        if first.scale is None or first.zp is None:
+            self.check(op, None, f"{name} is a RESCALE by 0, weighed on the grid of {first_name}, but "
+                                 f"{self.why.get(first_name, 'its scale is not known')}")  # fmt: skip
+            return
+        codes = z.zero_within / min(_as_tuple(first.scale))  # type: ignore[operator]
+        ok = z.zp == first.zp and codes <= 0.5
+        self.check(op, ok, f"{name} is a RESCALE by 0 (zero point {z.zp}): the values it drops reach "
+                           f"{z.zero_within:.6g}, {codes:.3g} codes of {first_name}'s grid ({first}); dropping them is "
+                           "exact within half a code (the rounding of any RESCALE onto it)", None, first)  # fmt: skip
 
     def _is_const(self, name: str, through_copies: bool = False) -> bool:
         """A constant (`through_copies`: or a copy of one, a reshape of a pre-computed constant)."""
@@ -823,6 +846,10 @@ class Interpreter:
             self.unknown(op.outputs[0], dtype, f"RESCALE #{op.index} has non-constant parameters")
             return
         ratios = tuple(float(a) / 2.0 ** int(b) for a, b in zip(m, s, strict=True))
+        if all(r == 0 for r in ratios):
+            self.zp_check(op, "RESCALE input_zp", in_zp, src, x)
+            self._rescale_by_zero(op, src, x, in_zp, out_zp, dtype)
+            return
         if any(r <= 0 for r in ratios):
             self.zp_check(op, "RESCALE input_zp", in_zp, src, x)
             self.check(op, False, f"RESCALE multiplier/shift {m.tolist()}/{s.tolist()} give a non-positive scale")
@@ -855,6 +882,18 @@ class Interpreter:
         if isinstance(scale, tuple):
             scale = _uniform(scale, tol + 1e-6)
         self.dom[op.outputs[0]] = Dom(dtype, scale, out_zp, tol, narrow=narrow)
+
+    def _rescale_by_zero(self, op: TosaOp, src: Dom, x: str, in_zp: int | None, out_zp: int, dtype: str) -> None:
+        """A RESCALE whose multiplier is 0 writes its output zero point everywhere: Arm's ADD / SUB of an operand
+        below one step of the common grid (ops/test_sub.py's 1e31 with 0.25). It stands for 0 within the largest
+        real value its input's codes can hold; `same_domain` weighs that against the grid it is added on."""
+        self.unknown(op.outputs[0], dtype, f"RESCALE #{op.index} multiplies {x} by 0")
+        narrow = _narrow_of(src)
+        if src.scale is None or in_zp is None or narrow is None:
+            return
+        lo, hi = CODE_RANGE[narrow]
+        largest = max(abs(lo - in_zp), abs(hi - in_zp)) * max(_as_tuple(src.scale))
+        self.dom[op.outputs[0]] = Dom(dtype, None, out_zp, zero_within=largest)
 
     def _partition_violation_at_rescale(self, op: TosaOp, x: str, src: Dom, in_zp: int | None) -> Dom:
         """A RESCALE reading 8/16-bit codes with another zero point than theirs, where the partition's own
