@@ -85,6 +85,11 @@ class Domain:
         return self.dtype in FLOAT_DTYPES
 
     @property
+    def plain_integers(self) -> bool:
+        """Scale 1, zero point 0, the dtype's whole range: each code is the integer it stands for."""
+        return (self.scale, self.zero_point, (self.qmin, self.qmax)) == (1.0, 0, DTYPE_RANGE.get(self.dtype))
+
+    @property
     def per_channel(self) -> bool:
         return isinstance(self.scale, tuple)
 

@@ -341,19 +341,26 @@ class DomainGraph:
         """Each integer input (an alias with no source) takes the domain its first
         consumer declares, recorded as an assumption; its other uses must agree.
         One with no declared use has no domain here: what depends on it is unproven
-        (a cat of two such inputs is no mixed-domain error). `what` names the inputs."""
+        (a cat of two such inputs is no mixed-domain error), unless nothing is quantized, an op
+        reads it as the numbers it holds (a cast to float) or a copy of it claims plain integers:
+        then it is those integers, exact reals. `what` names the inputs."""
         inputs = [v for v in self.values() if v.definition.kind is DefKind.ALIAS and not v.definition.sources]
         if not inputs:
             return
         first: dict[str, Obligation] = {}
+        as_reals: set[str] = set()  # (read by an op that computes on the reals it holds: a cast to float, an add)
         for ob in self.obligations:
             if ob.kind is ObligationKind.USE and ob.expected is not None and not ob.expected.is_float:
                 first.setdefault(ob.value, ob)
+            elif ob.kind is ObligationKind.USE and ob.expected is not None and ob.expected_real:
+                as_reals.add(ob.value)
+            elif ob.kind is ObligationKind.CLAIM and ob.expected is not None and not _quantized(ob.expected):
+                as_reals.add(self._alias_root(ob.value))  # (a copy of it claims plain integers: Arm's fold)
         quantized = self.quantized()
         for v in inputs:
             ob = first.get(v.name)
-            if ob is None and not quantized:  # (no codes anywhere: the integers PyTorch computes with, exact reals)
-                v.definition = float_fact()
+            if ob is None and (not quantized or v.name in as_reals):  # (the integers PyTorch computes with)
+                v.definition = integer_data(v.dtype)
                 continue
             if ob is None:  # (its domain is set outside: what depends on it is unproven, never violated)
                 why = f"{what} {v.name} with no declared use"
@@ -361,6 +368,14 @@ class DomainGraph:
                 continue
             v.definition = Definition(DefKind.FACT, ob.expected, real=False)
             self.notes.append(f"assumed {what} {v.name} is in {ob.expected} (declared by {ob.node})")
+
+    def _alias_root(self, name: str) -> str:
+        """The value at the end of `name`'s chain of copies."""
+        seen = {name}
+        while (d := self.value(name).definition).kind is DefKind.ALIAS and d.sources and d.sources[0] not in seen:
+            name = d.sources[0]
+            seen.add(name)
+        return name
 
     def absorb(self, sub: DomainGraph, prefix: str) -> None:
         """Add another graph's values and obligations (a delegate's partition)
@@ -385,9 +400,15 @@ class DomainGraph:
 
 def _quantized(d: Domain | None) -> bool:
     """An integer domain other than plain integer data (scale 1, zero point 0, the dtype's range)."""
-    if d is None or d.is_float:
-        return False
-    return (d.scale, d.zero_point, (d.qmin, d.qmax)) != (1.0, 0, DTYPE_RANGE.get(d.dtype))
+    return d is not None and not d.is_float and not d.plain_integers
+
+
+def integer_data(dtype: str | None) -> Definition:
+    """The integers PyTorch computes with: exact reals, on their own dtype's grid (scale 1, zero point 0),
+    so that an op reading them as numbers and a copy claiming that grid (Arm's fold on integer data) both hold."""
+    if dtype not in DTYPE_RANGE:
+        return float_fact()
+    return Definition(DefKind.FACT, Domain.quantized(dtype, 1.0, 0, *DTYPE_RANGE[dtype]), real=True)
 
 
 def float_fact() -> Definition:

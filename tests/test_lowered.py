@@ -307,8 +307,11 @@ def test_integer_inputs_nothing_quantizes_are_integer_data(model: type[torch.nn.
         assert report.status == "nothing-quantized" and not report.findings, str(report)
 
 
-def test_an_integer_input_a_quantized_program_does_not_declare_stays_unproven() -> None:
-    """Beside quantized values an undeclared integer input may be codes whose domain is set outside."""
+def test_an_integer_input_a_quantized_program_reads_as_numbers_is_integer_data() -> None:
+    """Beside quantized values, an integer input an op reads as the numbers it holds (a bitwise op, a cast to
+    float) is those integers, in every form (it was unproven, missing-domain, until 2026-12-05: the program
+    computes on the integers whatever they meant outside, and so does its lowering); the TOSA reference model
+    computes the program."""
     from qflow.targets.arm import pipeline as arm
 
     class Both(torch.nn.Module):
@@ -316,8 +319,14 @@ def test_an_integer_input_a_quantized_program_does_not_declare_stays_unproven() 
             return torch.relu(x) * 2, torch.bitwise_and(n, n.flip(0))
 
     x = (torch.randn(3, 8), torch.randint(-128, 127, (3, 8), dtype=torch.int8))
-    report = qflow.analyze(arm.quantize(Both(), x), target="arm-tosa")
-    assert report.status == "unproven" and {f.kind for f in report.findings} == {"missing-domain"}, str(report)
+    gm = arm.quantize(Both(), x)
+    with arm.capture_after() as parts:
+        lowered = arm.lower(torch.export.export(gm, x), x)
+    assert all(torch.equal(a, b) for a, b in zip(arm.run_tosa_reference(lowered, x), gm(*x), strict=True))
+    for program in (gm, *parts, lowered):
+        report = qflow.analyze(program, target="arm-tosa")
+        assert report.status == "proved", str(report)
+    assert "assumed integer graph input n is in int8 scale=1 zp=0" in str(report)
 
 
 class Gather(torch.nn.Module):

@@ -30,7 +30,17 @@ from qflow import bounds, impact
 from qflow.domain import DTYPE_RANGE, FLOAT, Domain
 from qflow.errors import InputError
 from qflow.gc_pause import paused_gc
-from qflow.graph import Definition, DefKind, DomainGraph, Obligation, ObligationKind, OneCode, Value, float_fact
+from qflow.graph import (
+    Definition,
+    DefKind,
+    DomainGraph,
+    Obligation,
+    ObligationKind,
+    OneCode,
+    Value,
+    float_fact,
+    integer_data,
+)
 from qflow.integrations import bias_domain, duplicate_users, ignored_variants, masked
 from qflow.integrations.fx_control_flow import ControlFlowReading
 from qflow.integrations.fx_delegates import DelegateReading
@@ -139,8 +149,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         cls = self._classes.get(node)
         if cls is None:
             cls = classify(target_name(node)) if node.op == "call_function" else OpClass.UNKNOWN
-            if cls is OpClass.UNKNOWN and self._casts_weight_codes(node):
-                cls = OpClass.DEQUANTIZE
+            if cls is OpClass.UNKNOWN and node.op == "call_function" and base_name(target_name(node)) in CASTS:
+                cls = OpClass.DEQUANTIZE if self._casts_weight_codes(node) else _cast_class(node)
             self._classes[node] = cls
         return cls
 
@@ -173,8 +183,8 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
                 hit = ({}, None)
             else:
                 op = base_name(target_name(node))
-                if op in SLICES and removed_by_to_edge(node):
-                    hit = ({t.name: OpRule.RESCALE for t in self._members}, OpRule.RESCALE)
+                if op in SLICES and removed_by_to_edge(node) or op in CASTS and self._op_class(node) is OpClass.COMPUTE:
+                    hit = ({t.name: OpRule.RESCALE for t in self._members}, OpRule.RESCALE)  # (a new value)
                 else:
                     hit = self._rules_of(op, self._marks(node, op))
             self._by_node[node] = hit
@@ -722,7 +732,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
                     self.dg.add_use(a.name, node.name, arg_label(i, j))
             return
         if cls is OpClass.COMPUTE:
-            self._value(node, cls, float_fact())
+            self._value(node, cls, _computed(node))
             for i, j, a in tensor_args(node):
                 self._use(a, node, arg_label(i, j), FLOAT, True)
             self._oblige_measured(node, self._lowering_key(node))
@@ -834,7 +844,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         more: the portable kernels run a float op on real numbers, so a view or
         a cat between a DQ and a Q copies reals, not codes, and the Q after it
         is an ordinary (exact) quantize."""
-        self._value(node, cls, float_fact())
+        self._value(node, cls, _computed(node))
         indices = INDEX_ARGS.get(base_name(target_name(node)), ())
         for i, j, a in tensor_args(node):
             if i not in indices:
@@ -909,3 +919,18 @@ def build(
     through a chain it leaves in place. `reference`: what the program this one was
     rewritten from declares, as the target's backend reads it (`read_reference`)."""
     return FxAdapter(gm, ep, form or detect_form(gm), get_target(target), carry, reference).build()
+
+
+def _cast_class(node: fx.Node) -> OpClass:
+    """A cast that keeps the dtype (a dim-order or memory-format copy) copies its values: a pass-through.
+    One that changes it computes a new value (a float's rounding to fp16, an integer read as reals, a
+    float truncated): a compute op, with what that asks of its input and of its lowering."""
+    x = node.args[0] if node.args else None
+    same = isinstance(x, fx.Node) and val_dtype(x) is not None and val_dtype(x) == val_dtype(node)
+    return OpClass.PASSTHROUGH if same else OpClass.COMPUTE
+
+
+def _computed(node: fx.Node) -> Definition:
+    """What an op computing on reals makes: reals, which an integer output holds as its dtype's integers."""
+    dt = val_dtype(node)
+    return integer_data(dtype_name(dt)) if dt is not None and not dt.is_floating_point else float_fact()

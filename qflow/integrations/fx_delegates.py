@@ -181,7 +181,7 @@ class DelegateReading:
                 node=ph,
                 value=arg.name,
                 expected=reads,
-                expected_real=False,
+                expected_real=None if reads.plain_integers else False,  # (integers held as reals are those codes)
                 edge=(arg.name, call.name),
                 arg=f"(input {b.index} of delegate {call.name})",
             )

@@ -7,7 +7,7 @@ import torch.fx as fx
 
 from qflow.domain import FLOAT, Domain
 from qflow.errors import InputError
-from qflow.graph import Definition, DefKind, float_fact
+from qflow.graph import Definition, DefKind, float_fact, integer_data
 from qflow.ir import activations
 from qflow.ir.fx_nodes import (
     Consts,
@@ -86,8 +86,8 @@ class FoldedReading:
                 )
             elif is_float(node) or val_dtype(node) is None:
                 d = float_fact()
-            else:  # integer data the quantizer left alone (an int32 clamp → maximum/minimum)
-                d = Definition(DefKind.FREE, blocking=True, reason=f"{node.name}: unquantized integer data")
+            else:  # integer data the quantizer left alone (an int32 clamp → maximum/minimum, an index_put's add)
+                d = integer_data(dtype_name(val_dtype(node)))
             if node.name not in self.dg.g:
                 self._value(node, cls, d)
             if declared and not (first := declared[min(declared)]).is_float:  # (what the backend lowers next)
@@ -108,7 +108,7 @@ class FoldedReading:
                 # the declared grid, which the backend handles: compare grids.
                 kept_dq = self._op_class(a) is OpClass.DEQUANTIZE
                 self._use(a, node, arg_label(i, j), declared[i], None if kept_dq else False)
-            elif cls is OpClass.COMPUTE and not quantized and self.dg.value(node.name).definition == float_fact():
+            elif cls is OpClass.COMPUTE and not quantized and _of_reals(self.dg.value(node.name).definition):
                 self._use(a, node, arg_label(i, j), FLOAT, True)
             else:
                 self.dg.add_use(a.name, node.name, arg_label(i, j))
@@ -152,3 +152,8 @@ class FoldedReading:
         self._claim(node, out, kind="unenforced-narrow-range")
 
     # -- delegate boundaries (lowered programs) ------------------------------------
+
+
+def _of_reals(d: Definition) -> bool:
+    """Reals an op computes where nothing is quantized: floats, or the integers an integer output holds."""
+    return d.kind is DefKind.FACT and d.real and d.domain is not None and (d.domain.is_float or d.domain.plain_integers)

@@ -245,6 +245,9 @@ _NO_DATA = {"CONST", "CONST_SHAPE"}
 #: Ops on the bits of integers: integer data in, integer data out; on codes they have no real meaning.
 _BITWISE = {"BITWISE_AND", "BITWISE_OR", "BITWISE_XOR", "BITWISE_NOT", "LOGICAL_LEFT_SHIFT", "LOGICAL_RIGHT_SHIFT",
             "ARITHMETIC_RIGHT_SHIFT"}  # fmt: skip
+#: Ops defined on integers only (the bitwise ones, integer division): integer data in, integer data out.
+_INTEGER_ONLY = _BITWISE | {"INTDIV"}
+_LOGICAL = {"LOGICAL_AND", "LOGICAL_OR", "LOGICAL_XOR", "LOGICAL_NOT"}
 _AFFINE = {"ADD", "SUB", "MUL"}
 _FLOAT = {"FP32", "FP16", "BF16"}
 
@@ -649,11 +652,22 @@ class Interpreter:
             self.conv(op)
         elif handler is not None:
             handler(op)
-        elif op.op in _BITWISE and all(self.get(i).raw for i in op.inputs):
+        elif op.op in _INTEGER_ONLY and self._on_integer_data(op):
             self.dom[op.outputs[0]] = Dom(self.out_dtype(op), 1.0, 0, raw=True)
+        elif op.op in _LOGICAL and all(self.get(i).dtype == "bool" for i in op.inputs):
+            self.dom[op.outputs[0]] = Dom("bool", 1.0, 0)
         elif op.op not in _NO_DATA:
             for o in op.outputs:
                 self.unknown(o, self.out_dtype(op), f"TOSA {op.op} #{op.index} is not interpreted by qflow")
+
+    def _on_integer_data(self, op: TosaOp) -> bool:
+        """Every input plain integer data, or an undeclared constant beside some (`x & 0x0F`: the program's literal),
+        as `same_domain` reads a constant next to plain integers."""
+        doms = [self.get(i) for i in op.inputs]
+        return any(d.raw for d in doms) and all(
+            d.raw or (d.scale is None and self._is_const(i, through_copies=True))
+            for i, d in zip(op.inputs, doms, strict=True)
+        )
 
     def op_CONST(self, op: TosaOp) -> None:  # noqa: N802 (TOSA op names)
         name = op.outputs[0]
@@ -1134,6 +1148,8 @@ class Interpreter:
                 self.dequantized.add(out)
         elif src_t in _FLOAT and x in self.prologue and src.scale is not None and src.zp is not None:
             self.quantize_cast(op, src, self.a.float_inputs[self.prologue[x]])
+        elif src_t == "BOOL" and dst_t.startswith("INT"):  # (a mask's 0 / 1 as integers: plain integer data)
+            self.dom[out] = Dom(self.out_dtype(op), 1.0, 0, raw=True)
         else:
             self.unknown(out, self.out_dtype(op), self.why.get(x, f"CAST {src_t} → {dst_t}: its input is not known"))
 

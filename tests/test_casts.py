@@ -1,0 +1,61 @@
+"""Dtype casts (``aten.to`` / ``_to_copy``, ``_to_dim_order_copy`` after ``to_edge``) and integer data beside
+quantized values, through the real Arm pipeline (stock quantizer, real lowering, TOSA reference model). A cast
+that keeps its dtype is a layout copy; one that changes it computes a new value. Before 2026-12-05 every cast was
+an unknown op: the Arm suite's ops/test_to_copy.py, test_div_tensor_mode.py and the integer tests were unproven
+(32 programs) for want of it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import qflow
+from qflow.targets.arm import pipeline as arm
+
+
+class CastCat(torch.nn.Module):
+    """ops/test_to_copy.py's quantized int-to-float cast: Arm declares the cast's output int8 scale 1."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.cat((x.to(torch.float32), y), dim=3)
+
+
+class FloorDiv(torch.nn.Module):
+    """ops/test_div_tensor_mode.py's int8 floor division: TOSA INTDIV, a sign fix-up of booleans cast to int."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.div(x, y, rounding_mode="floor")
+
+
+class FloorDivScalar(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.div(x, 9.5, rounding_mode="floor")
+
+
+torch.manual_seed(0)
+_INT8 = (torch.randn(4, 8) * 100).to(torch.int8)
+CASES = {
+    "cast-cat": (CastCat(), ((torch.randn(1, 2, 4, 4) * 10).to(torch.int8), torch.randn(1, 2, 4, 1)), "proved"),
+    "floor-div": (FloorDiv(), (_INT8, (torch.rand(4, 8) * 100 + 10).to(torch.int8)), "nothing-quantized"),
+    "floor-div-float-scalar": (FloorDivScalar(), (_INT8,), "proved"),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def case(request: pytest.FixtureRequest):
+    model, inputs, status = CASES[request.param]
+    converted = arm.quantize(model.eval(), inputs)
+    with arm.capture_after() as parts:
+        lowered = arm.lower(torch.export.export(converted, inputs), inputs)
+    return converted, inputs, parts, lowered, status
+
+
+def test_a_cast_of_integer_data_is_read_in_every_form(case) -> None:
+    converted, inputs, parts, lowered, status = case
+    assert torch.equal(arm.run_tosa_reference(lowered, inputs)[0], converted(*inputs))
+    ep = torch.export.export(converted, inputs)
+    assert qflow.analyze(converted, target="arm-tosa").status == status
+    for part in parts:  # (the folded partition: Arm's fold declares integer data scale 1)
+        assert qflow.analyze(part, target="arm-tosa").status in (status, "nothing-quantized")
+    report = qflow.analyze(lowered, target="arm-tosa", reference=ep)
+    assert report.status == status and not report.findings, str(report)
