@@ -6,11 +6,15 @@ an unknown op: the Arm suite's ops/test_to_copy.py, test_div_tensor_mode.py and 
 
 from __future__ import annotations
 
+import copy
+import struct
+
 import pytest
 import torch
 
 import qflow
 from qflow.targets.arm import pipeline as arm
+from qflow.targets.arm import tosa_artifact as ta
 
 
 class CastCat(torch.nn.Module):
@@ -59,3 +63,33 @@ def test_a_cast_of_integer_data_is_read_in_every_form(case) -> None:
         assert qflow.analyze(part, target="arm-tosa").status in (status, "nothing-quantized")
     report = qflow.analyze(lowered, target="arm-tosa", reference=ep)
     assert report.status == status and not report.findings, str(report)
+
+
+class EyeAdd(torch.nn.Module):
+    """ops/test_eye.py's mixed dtypes: the delegate only returns the identity matrix Arm computes ahead of time."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.eye(10, dtype=torch.int32) + x
+
+
+def test_a_delegate_returning_a_factory_s_integers_holds_them() -> None:
+    """Arm computes eye / ones / full into a TOSA CONST; its integers are checked against PyTorch's (they were
+    unproven: no domain anywhere, 20 programs of ops/test_eye.py, test_ones.py, test_zeros.py); one changed is
+    an error, and changes the output."""
+    x = (torch.randn(10),)
+    converted = arm.quantize(EyeAdd().eval(), x)
+    lowered = arm.lower(converted, x)
+    ep = torch.export.export(converted, x)
+    assert torch.equal(arm.run_tosa_reference(lowered, x)[0], converted(*x))
+    assert qflow.analyze(lowered, target="arm-tosa", reference=ep).status == "proved"
+
+    program = copy.deepcopy(lowered)
+    [lm] = [m for n, m in program.exported_program().graph_module.named_children() if n.startswith("lowered_module")]
+    prog = ta.read(bytes(lm.processed_bytes))
+    [const] = [prog.tensors[op.outputs[0]] for op in prog.ops if op.op == "CONST"]
+    buf = bytearray(lm.processed_bytes)
+    struct.pack_into("<i", buf, const.data_pos + 4 * 1, 1)  # (an off-diagonal 1)
+    lm._processed_bytes = bytes(buf)
+    assert not torch.equal(arm.run_tosa_reference(program, x)[0], converted(*x))
+    report = qflow.analyze(program, target="arm-tosa", reference=ep)
+    assert report.status == "violated" and "integers aten_eye_default makes" in report.errors[0].message

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from qflow.domain import FLOAT, Domain
+from qflow.domain import DTYPE_RANGE, FLOAT, Domain
 from qflow.ir.fx_nodes import Consts, dtype_name, qdq_domain, target_name
 from qflow.ops import OpClass, classify
 
@@ -143,6 +143,8 @@ def boundary_outputs(lowered: Any) -> list[BoundaryOutput]:
             dom, real = qdq_domain(o, consts), False
         elif isinstance(val, torch.Tensor) and val.dtype.is_floating_point:
             dom, real = FLOAT, True
+        elif cls is OpClass.CONSTANT and dtype in DTYPE_RANGE:  # (a factory's integers: eye, ones, full)
+            dom, real = Domain.quantized(dtype, 1.0, 0, *DTYPE_RANGE[dtype]), True
         else:
             dom, real = None, False
         result.append(BoundaryOutput(i, o.name, dom, real, dtype))

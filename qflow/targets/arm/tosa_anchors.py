@@ -189,9 +189,25 @@ def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anc
         if exp is None and dt in CODE_RANGE and not getitems.get(i) or exp is None and _plain(getitems.get(i, []), dt):
             exp, where = Domain.quantized(dt, 1.0, 0, *CODE_RANGE[dt]), "the parent graph (plain integer data)"
         a.outputs.append((exp, where))
+        if (made := _made_integers(o)) is not None:
+            a.made_outputs[i] = (o.name, made)
         if hasattr(o, "op") and o.op == "call_function" and classify(target_name(o)) is OpClass.DEQUANTIZE:
             a.float_outputs.add(i)
     return a
+
+
+def _made_integers(o: Any) -> np.ndarray | None:
+    """The integers a factory op the partition returns makes (eye, ones, full), computed as PyTorch does."""
+    if not (hasattr(o, "op") and o.op == "call_function" and classify(target_name(o)) is OpClass.CONSTANT):
+        return None
+    val = o.meta.get("val")
+    if getattr(getattr(val, "dtype", None), "is_floating_point", True):
+        return None
+    try:
+        made = o.target(*o.args, **o.kwargs)
+    except (RuntimeError, TypeError, ValueError):  # (a factory of run-time sizes: nothing to compare)
+        return None
+    return made.numpy() if hasattr(made, "numpy") else None
 
 
 def ph_names(ep: Any) -> set[str]:

@@ -54,6 +54,9 @@ class Anchors:
     float_inputs: dict[str, Domain] = field(default_factory=dict)
     #: INT+FP: the outputs the partition dequantizes as its last op (the float must be the real number)
     float_outputs: set[int] = field(default_factory=set)
+    #: output index → (the factory op the partition returns (eye, ones, full), the integers it makes): Arm computes
+    #: it ahead of time into a CONST, whose integers must be those
+    made_outputs: dict[int, tuple[str, np.ndarray]] = field(default_factory=dict)
     #: constant → the distinct domains of the equal constants Arm's FuseEqualPlaceholdersPass merged
     #: into it (``<name>_common``), when they differ: the payload does not record which each use reads
     merged: dict[str, tuple[Domain, ...]] = field(default_factory=dict)
@@ -1475,6 +1478,9 @@ class Interpreter:
             expected, where = self.a.outputs[i] if i < len(self.a.outputs) else (None, "")
             op = self._prod.get(name) or TosaOp(-1, "OUTPUT", (), (name,))
             edge = TosaOp(op.index, op.op, op.inputs, op.outputs)
+            if i in self.a.made_outputs:
+                self._made_output(edge, i, name)
+                continue
             if expected is None and self.p.tensors[name].dtype == "BOOL":
                 continue  # (a comparison's truth values carry no domain; the comparison's inputs were checked)
             if expected is None and d.raw and d.scale == 1.0 and d.zp == 0:
@@ -1509,6 +1515,21 @@ class Interpreter:
             ok = dt_ok and d.zp == zp and _scale_ok(d.scale, expected.scale, max(d.tol, 1e-5), span)  # type: ignore[arg-type]
             self.check(edge, ok, f"output {i} ({name}) holds codes in {d}; {where} reads them in {expected}",
                        d, expected)  # fmt: skip
+
+    def _made_output(self, edge: TosaOp, i: int, name: str) -> None:
+        """Output `i` is an integer tensor a factory op makes (no quantization: its values are the numbers):
+        the CONST Arm computed for it ahead of time must hold exactly those integers."""
+        node, want = self.a.made_outputs[i]
+        p = self._prod.get(name)
+        while p is not None and p.op in _COPY and p.op != "CLAMP" and p.inputs:
+            p = self._prod.get(p.inputs[0])
+        got = self.data(p.outputs[0]) if p is not None and p.op == "CONST" else None
+        if got is None:
+            self.check(edge, None, f"output {i} ({name}) is {node}'s integers, but it is not a constant of the payload")
+            return
+        ok = got.size == want.size and bool(np.array_equal(got.reshape(-1), want.reshape(-1)))
+        self.check(edge, ok, f"output {i} ({name}) must hold the {want.size} integers {node} makes; the payload's "
+                             f"constant {p.outputs[0]} holds " + ("them" if ok else "others"))  # fmt: skip
 
 
 def clamp_codes(act: Activation, d: Domain) -> tuple[int, int]:
