@@ -36,12 +36,21 @@ class FloorDivScalar(torch.nn.Module):
         return torch.div(x, 9.5, rounding_mode="floor")
 
 
+class ScalarTensorAdd(torch.nn.Module):
+    """ops/test_scalar_tensor.py's int16 case: a delegate returns the scalar, cast to float on the CPU (read as
+    torchao's weight-only dequantize of constant codes until 2026-12-05: an error)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.scalar_tensor(4096, dtype=torch.int16) + x
+
+
 torch.manual_seed(0)
 _INT8 = (torch.randn(4, 8) * 100).to(torch.int8)
 CASES = {
     "cast-cat": (CastCat(), ((torch.randn(1, 2, 4, 4) * 10).to(torch.int8), torch.randn(1, 2, 4, 1)), "proved"),
     "floor-div": (FloorDiv(), (_INT8, (torch.rand(4, 8) * 100 + 10).to(torch.int8)), "nothing-quantized"),
     "floor-div-float-scalar": (FloorDivScalar(), (_INT8,), "proved"),
+    "scalar-tensor": (ScalarTensorAdd(), (torch.rand(1, 1),), "proved"),
 }
 
 

@@ -166,6 +166,7 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
             and is_float(node)
             and dtype_name(val_dtype(x)) in WEIGHT_CODES
             and self._from_constants(x)
+            and not _reads_a_delegate(x)  # (a delegate's integers: a factory's, not a weight's codes)
         )
 
     def _rules(self, node: fx.Node) -> dict[str, OpRule]:
@@ -934,3 +935,14 @@ def _computed(node: fx.Node) -> Definition:
     """What an op computing on reals makes: reals, which an integer output holds as its dtype's integers."""
     dt = val_dtype(node)
     return integer_data(dtype_name(dt)) if dt is not None and not dt.is_floating_point else float_fact()
+
+
+def _reads_a_delegate(node: fx.Node) -> bool:
+    """Is `node` an output of a delegate call (its getitem)?"""
+    src = node.args[0] if node.args else None
+    return (
+        base_name(target_name(node)) == "getitem"
+        and isinstance(src, fx.Node)
+        and src.op == "call_function"
+        and classify(target_name(src)) is OpClass.DELEGATE
+    )
