@@ -150,9 +150,26 @@ class FxAdapter(ControlFlowReading, FoldedReading, DelegateReading):
         if cls is None:
             cls = classify(target_name(node)) if node.op == "call_function" else OpClass.UNKNOWN
             if cls is OpClass.UNKNOWN and node.op == "call_function" and base_name(target_name(node)) in CASTS:
-                cls = OpClass.DEQUANTIZE if self._casts_weight_codes(node) else _cast_class(node)
+                cls = OpClass.DEQUANTIZE if self._casts_weight_codes(node) else self._cast_class(node)
             self._classes[node] = cls
         return cls
+
+    def _cast_class(self, node: fx.Node) -> OpClass:
+        """A cast that keeps each value (the same dtype: a dim-order copy; a wider integer) copies it: a
+        pass-through. One that changes it computes a new value (a float's rounding to fp16, a narrower
+        integer) and one that reads integers as reals reads the numbers they are: a compute op, with what
+        that asks of its input and lowering. A quantize's codes (through copies) cast to another dtype are
+        integer arithmetic on codes or a dequantize qflow does not know the scale of (torchao's recipes
+        it does not recognise): unknown, as any op it does not model."""
+        x = node.args[0] if node.args else None
+        src, dst = (val_dtype(x) if isinstance(x, fx.Node) else None), val_dtype(node)
+        if src is None or dst is None:
+            return OpClass.UNKNOWN
+        if src == dst:
+            return OpClass.PASSTHROUGH
+        if not src.is_floating_point and self._op_class(self._through_copies(x)) is OpClass.QUANTIZE:
+            return OpClass.UNKNOWN
+        return OpClass.PASSTHROUGH if _holds_every_integer(src, dst) else OpClass.COMPUTE
 
     def _casts_weight_codes(self, node: fx.Node) -> bool:
         """A cast to float of integer codes computed from constants only: torchao's int8 weight-only
@@ -922,13 +939,12 @@ def build(
     return FxAdapter(gm, ep, form or detect_form(gm), get_target(target), carry, reference).build()
 
 
-def _cast_class(node: fx.Node) -> OpClass:
-    """A cast that keeps the dtype (a dim-order or memory-format copy) copies its values: a pass-through.
-    One that changes it computes a new value (a float's rounding to fp16, an integer read as reals, a
-    float truncated): a compute op, with what that asks of its input and of its lowering."""
-    x = node.args[0] if node.args else None
-    same = isinstance(x, fx.Node) and val_dtype(x) is not None and val_dtype(x) == val_dtype(node)
-    return OpClass.PASSTHROUGH if same else OpClass.COMPUTE
+def _holds_every_integer(src: torch.dtype, dst: torch.dtype) -> bool:
+    """Does integer dtype `dst` hold every value of integer dtype `src` (int8 → int32: a widening copy)?"""
+    if src.is_floating_point or dst.is_floating_point or torch.bool in (src, dst):
+        return False
+    a, b = torch.iinfo(src), torch.iinfo(dst)
+    return b.min <= a.min and a.max <= b.max
 
 
 def _computed(node: fx.Node) -> Definition:
