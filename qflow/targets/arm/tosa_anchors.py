@@ -196,10 +196,16 @@ def delegate_anchors(gm: Any, call: Any, lowered: Any, prog: TosaProgram) -> Anc
     return a
 
 
+#: Factory ops whose values their literal arguments fix (not `empty`, `rand`: no values to hold a CONST to).
+_DETERMINED = frozenset({"full", "zeros", "ones", "scalar_tensor", "arange", "eye", "linspace"})
+
+
 def _made_integers(o: Any) -> np.ndarray | None:
     """The integers a factory op the partition returns makes (eye, ones, full), computed as PyTorch does."""
-    if not (hasattr(o, "op") and o.op == "call_function" and classify(target_name(o)) is OpClass.CONSTANT):
+    if not (hasattr(o, "op") and o.op == "call_function" and base_name(target_name(o)) in _DETERMINED):
         return None
+    if any(isinstance(a, fx.Node) for a in (*o.args, *o.kwargs.values())):
+        return None  # (sizes the program computes)
     val = o.meta.get("val")
     if getattr(getattr(val, "dtype", None), "is_floating_point", True):
         return None
