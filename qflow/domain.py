@@ -84,6 +84,11 @@ class Domain:
     def is_float(self) -> bool:
         return self.dtype in FLOAT_DTYPES
 
+    @staticmethod
+    def plain(dtype: str) -> Domain:
+        """Integer data: scale 1, zero point 0, `dtype`'s whole range (each code the integer it stands for)."""
+        return Domain.quantized(dtype, 1.0, 0, *DTYPE_RANGE[dtype])
+
     @property
     def plain_integers(self) -> bool:
         """Scale 1, zero point 0, the dtype's whole range: each code is the integer it stands for."""

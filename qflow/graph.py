@@ -408,7 +408,7 @@ def integer_data(dtype: str | None) -> Definition:
     so that an op reading them as numbers and a copy claiming that grid (Arm's fold on integer data) both hold."""
     if dtype not in DTYPE_RANGE:
         return float_fact()
-    return Definition(DefKind.FACT, Domain.quantized(dtype, 1.0, 0, *DTYPE_RANGE[dtype]), real=True)
+    return Definition(DefKind.FACT, Domain.plain(dtype), real=True)
 
 
 def float_fact() -> Definition:

@@ -144,7 +144,7 @@ def boundary_outputs(lowered: Any) -> list[BoundaryOutput]:
         elif isinstance(val, torch.Tensor) and val.dtype.is_floating_point:
             dom, real = FLOAT, True
         elif cls is OpClass.CONSTANT and dtype in DTYPE_RANGE:  # (a factory's integers: eye, ones, full)
-            dom, real = Domain.quantized(dtype, 1.0, 0, *DTYPE_RANGE[dtype]), True
+            dom, real = Domain.plain(dtype), True
         else:
             dom, real = None, False
         result.append(BoundaryOutput(i, o.name, dom, real, dtype))

@@ -836,10 +836,14 @@ class Interpreter:
 
     def _is_const(self, name: str, through_copies: bool = False) -> bool:
         """A constant (`through_copies`: or a copy of one, a reshape of a pre-computed constant)."""
+        return self._const_op(name, through_copies) is not None
+
+    def _const_op(self, name: str, through_copies: bool = False) -> TosaOp | None:
+        """The CONST that makes `name` (`through_copies`: or whose copy it is), if any."""
         p = self._prod.get(name)
         while through_copies and p is not None and p.op in _COPY and p.op != "CLAMP" and p.inputs:
             p = self._prod.get(p.inputs[0])
-        return p is not None and p.op == "CONST"
+        return p if p is not None and p.op == "CONST" else None
 
     def op_SELECT(self, op: TosaOp) -> None:  # noqa: N802
         roots = {self.prologue.get(i) for i in op.inputs[1:]}
@@ -1520,11 +1524,9 @@ class Interpreter:
         """Output `i` is an integer tensor a factory op makes (no quantization: its values are the numbers):
         the CONST Arm computed for it ahead of time must hold exactly those integers."""
         node, want = self.a.made_outputs[i]
-        p = self._prod.get(name)
-        while p is not None and p.op in _COPY and p.op != "CLAMP" and p.inputs:
-            p = self._prod.get(p.inputs[0])
-        got = self.data(p.outputs[0]) if p is not None and p.op == "CONST" else None
-        if got is None:
+        p = self._const_op(name, through_copies=True)
+        got = self.data(p.outputs[0]) if p is not None else None
+        if p is None or got is None:
             self.check(edge, None, f"output {i} ({name}) is {node}'s integers, but it is not a constant of the payload")
             return
         ok = got.size == want.size and bool(np.array_equal(got.reshape(-1), want.reshape(-1)))
